@@ -1,0 +1,33 @@
+"""Where things live: the repo's data folders, the cache of engine venvs and models, study files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_ROOT.parent
+ENGINES_DIR = REPO_ROOT / "engines"
+SPACES_DIR = REPO_ROOT / "search_spaces"
+
+
+def cache_dir() -> Path:
+    """Engine venvs and generated models: outside the checkout so fresh clones and CI reuse them."""
+    return Path(os.environ.get("TUNER_CACHE", Path.home() / ".cache" / "tuner")).expanduser()
+
+
+def studies_dir() -> Path:
+    return Path(os.environ.get("TUNER_STUDIES_DIR", Path.cwd() / "studies")).expanduser()
+
+
+def expand(value: str) -> str:
+    """Expand ``~``, ``$VAR`` and ``${TUNER_CACHE}`` (defaulted) in a path-like string from a YAML file."""
+    env = dict(os.environ)
+    env.setdefault("TUNER_CACHE", str(cache_dir()))
+    return os.path.expanduser(os.path.expandvars(_subst(value, env)))
+
+
+def _subst(value: str, env: dict[str, str]) -> str:
+    for key in ("TUNER_CACHE",):
+        value = value.replace("${" + key + "}", env[key]).replace("$" + key, env[key])
+    return value

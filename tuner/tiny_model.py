@@ -1,0 +1,149 @@
+"""A tiny Qwen3-architecture model built locally, so tests and the demo drive a real engine offline.
+
+Nothing is downloaded: the tokenizer is a byte-level BPE trained on text that every Python install
+carries (the standard library's own sources), and the model is only a config. Engines start it with
+``--load-format dummy`` (random weights), which is all a serving benchmark needs.
+"""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+VOCAB_SIZE = 8192
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Enough text for a stable 8k vocabulary while keeping training to a few seconds on 2 cores.
+_TRAINING_TEXT_BYTES = 6_000_000
+
+
+def qwen3_config(
+    *,
+    hidden_size: int = 256,
+    intermediate_size: int = 512,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    head_dim: int = 64,
+    max_position_embeddings: int = 4096,
+) -> dict:
+    """The HF config.json of a Qwen3 model; defaults give the tiny shape used on CPU."""
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": max_position_embeddings,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": num_hidden_layers,
+        "initializer_range": 0.02,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
+
+
+def _training_files() -> list[Path]:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files, total = [], 0
+    for path in sorted(stdlib.glob("*.py")):
+        files.append(path)
+        total += path.stat().st_size
+        if total >= _TRAINING_TEXT_BYTES:
+            break
+    if not files:
+        raise RuntimeError(f"no Python sources found under {stdlib} to train the tokenizer on")
+    return files
+
+
+def train_tokenizer(out_dir: Path) -> None:
+    """Train and save a fast tokenizer readable by transformers 4.x and 5.x."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train([str(p) for p in _training_files()], trainer)
+    tok.save(str(out_dir / "tokenizer.json"))
+    config = {
+        # transformers 5 would write "TokenizersBackend", which 4.x cannot read.
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "model_max_length": 4096,
+        "add_bos_token": False,
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
+        "added_tokens_decoder": {
+            str(tok.token_to_id(t)): {
+                "content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                "single_word": False, "special": True,
+            }
+            for t in SPECIAL_TOKENS
+        },
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(
+        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2))
+    (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+
+
+def build(out_dir: Path, *, config: dict | None = None) -> Path:
+    """Write config, generation config and tokenizer into ``out_dir`` atomically.
+
+    The folder is assembled beside the target and renamed into place, so an interrupted build never
+    leaves a half-written model that a later run would take for a finished one.
+    """
+    out_dir = out_dir.expanduser().resolve()
+    if (out_dir / "config.json").exists():
+        raise FileExistsError(f"{out_dir} already holds a model (config.json); remove it first")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    if tmp.exists():
+        import shutil
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    cfg = config or qwen3_config()
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+         "pad_token_id": cfg["pad_token_id"], "do_sample": False}, indent=2))
+    train_tokenizer(tmp)
+    if out_dir.exists():
+        out_dir.rmdir()  # an empty folder left by the caller; a non-empty one raises here
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def is_built(path: Path) -> bool:
+    return all((path / f).exists() for f in ("config.json", "tokenizer.json", "tokenizer_config.json"))
