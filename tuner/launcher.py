@@ -1,0 +1,190 @@
+"""Start an engine server as its own process group, wait until it serves, and take it down again.
+
+Engines are external commands (each may live in its own venv), started from an argv list, never a
+shell. Readiness is ``GET <health path>`` answering 200 while the process lives; a process that dies
+first is noticed within a second and classified from its log, instead of waiting out a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import psutil
+
+from .engine_spec import EngineSpec
+from .failures import Failure, classify_exit, startup_timeout
+from .redact import redact_argv, redact_env
+from .translate import LaunchPlan
+from .yaml_io import InputError
+
+_POLL_S = 0.25
+_HEALTH_TIMEOUT_S = 0.5
+
+
+class EngineCommandNotFound(InputError):
+    pass
+
+
+class EngineStartFailed(Exception):
+    def __init__(self, failure: Failure):
+        super().__init__(f"{failure.failure_class}: {failure.reason}")
+        self.failure = failure
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Bind test without SO_REUSEPORT: vLLM 0.11 sets it, so a second server would not fail."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_command(argv0: str) -> None:
+    """Fail before the study starts when the configured engine command does not exist."""
+    import shutil
+    if os.sep in argv0:
+        if not (os.path.isfile(argv0) and os.access(argv0, os.X_OK)):
+            raise EngineCommandNotFound(
+                f"engine command {argv0!r} does not exist or is not executable "
+                "(set `command:` for this engine in the space, or run scripts/setup_engines.sh)")
+    elif shutil.which(argv0) is None:
+        raise EngineCommandNotFound(
+            f"engine command {argv0!r} is not on PATH "
+            "(set `command:` for this engine in the space to the binary in the engine's venv)")
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return members
+
+
+def kill_group(pgid: int, grace_s: float = 10.0, leader: subprocess.Popen | None = None) -> None:
+    """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left, and wait until it is gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        if not group_members(pgid):
+            break
+        time.sleep(0.1)
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if leader is not None:
+            leader.poll()
+        if not group_members(pgid):
+            return
+        time.sleep(0.1)
+
+
+@dataclass
+class Server:
+    plan: LaunchPlan
+    spec: EngineSpec
+    proc: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session makes the leader's pid the group id
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.plan.host}:{self.plan.port}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        kill_group(self.pgid, grace_s, leader=self.proc)
+        end = time.monotonic() + 10
+        while not port_is_free(self.plan.port, self.plan.host) and time.monotonic() < end:
+            time.sleep(0.2)
+
+
+def start(
+    plan: LaunchPlan,
+    spec: EngineSpec,
+    log_path: Path,
+    *,
+    on_started: Callable[[Server], None] | None = None,
+) -> Server:
+    """Launch the server; returns once it is about to be waited on (see ``wait_ready``)."""
+    if not port_is_free(plan.port, plan.host):
+        raise EngineStartFailed(Failure("port-in-use", f"port {plan.port} is taken before launch",
+                                        f"bind {plan.host}:{plan.port} failed"))
+    check_command(plan.argv[0])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **plan.env}
+    with open(log_path, "ab") as log:
+        header = (f"# tuner: launching {plan.engine}\n# argv: {redact_argv(plan.argv)}\n"
+                  f"# env: {redact_env(plan.env)}\n")
+        log.write(header.encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(plan.argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    cwd=log_path.parent)
+        except FileNotFoundError:
+            raise EngineCommandNotFound(f"engine command {plan.argv[0]!r} not found") from None
+    server = Server(plan, spec, proc, log_path)
+    if on_started:
+        on_started(server)
+    return server
+
+
+def wait_ready(server: Server, timeout_s: float) -> float:
+    """Block until the health endpoint answers 200; returns seconds waited.
+
+    Raises EngineStartFailed (after killing the group) when the process dies or the deadline passes.
+    """
+    t0 = time.monotonic()
+    url = server.base_url + server.spec.readiness.path
+    with httpx.Client(timeout=_HEALTH_TIMEOUT_S) as client:
+        while True:
+            rc = server.proc.poll()
+            if rc is not None:
+                server.stop(grace_s=2)
+                raise EngineStartFailed(classify_exit(server.spec, server.log_text(), rc))
+            try:
+                if client.get(url).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > timeout_s:
+                server.stop(grace_s=5)
+                raise EngineStartFailed(startup_timeout(server.spec, timeout_s, server.log_text()))
+            time.sleep(_POLL_S)

@@ -1,0 +1,247 @@
+"""Search spaces: the YAML a user writes, validated, and turned into Optuna suggestions.
+
+A space names the model, the engines with the knobs to search (ranges, choices, conditions), the
+fixed arguments, the workload, the objective, the budget and the baseline arms. ``--space`` takes a
+name from ``search_spaces/`` or a path to the user's own file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .engine_spec import available_engines, load_engine
+from .paths import SPACES_DIR, expand
+from .yaml_io import InputError, load_model, parse_model
+
+Scalar = bool | int | float | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Param(_Strict):
+    """One searched knob. ``when`` makes it conditional on earlier params of the same engine."""
+
+    type: Literal["int", "float", "bool", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: list[Scalar] | None = None
+    when: dict[str, Scalar] = {}
+    # The engine's own default on the target hardware: what the defaults baseline records.
+    default: Scalar | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Param":
+        if self.type in ("int", "float"):
+            if self.low is None or self.high is None:
+                raise ValueError(f"{self.type} param needs low and high")
+            if self.low > self.high:
+                raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+            if self.log and self.low <= 0:
+                raise ValueError("log scale needs low > 0")
+            if self.choices is not None:
+                raise ValueError(f"{self.type} param takes low/high, not choices")
+        elif self.type == "categorical":
+            if not self.choices:
+                raise ValueError("categorical param needs a non-empty choices list")
+            if len(set(map(repr, self.choices))) != len(self.choices):
+                raise ValueError("choices contain duplicates")
+        elif self.low is not None or self.high is not None or self.choices is not None:
+            raise ValueError("bool param takes no low/high/choices")
+        return self
+
+
+class EngineChoice(_Strict):
+    """An engine in the space: how to run it here and which knobs to search."""
+
+    command: list[str] | None = None  # replaces the engine's default command (e.g. a venv's binary)
+    env: dict[str, str] = {}
+    fixed_args: list[str] = []
+    startup_timeout_s: float | None = None
+    params: dict[str, Param] = {}
+    fixed: dict[str, Scalar] = {}  # knobs set to one value in every trial
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("command must not be empty")
+        return v
+
+
+class Model(_Strict):
+    path: str
+    served_name: str | None = None
+    tokenizer: str | None = None
+    # Pre-quantized checkpoints by abstract quantization (fp8, awq): engines that read the
+    # quantization from the checkpoint get this path instead of a flag.
+    variants: dict[str, str] = {}
+
+    def resolved_path(self) -> str:
+        return expand(self.path)
+
+    def resolved_tokenizer(self) -> str:
+        return expand(self.tokenizer or self.path)
+
+    def name(self) -> str:
+        return self.served_name or Path(self.path).name
+
+
+class Workload(_Strict):
+    name: str = "default"
+    dataset: Literal["random", "sharegpt"] = "random"
+    dataset_path: str | None = None
+    num_prompts: int = Field(100, gt=0)
+    random_input_len: int = Field(1024, gt=0)
+    random_output_len: int = Field(128, gt=0)
+    random_range_ratio: float = Field(0.0, ge=0, lt=1)
+    random_prefix_len: int = Field(0, ge=0)
+    sharegpt_output_len: int | None = None
+    request_rate: float = Field(math.inf, gt=0)
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, gt=0)
+    seed: int = 0
+    num_warmups: int = Field(0, ge=0)
+    endpoint: str | None = None  # default: the engine's
+
+    @model_validator(mode="after")
+    def _check(self) -> "Workload":
+        if self.dataset == "sharegpt" and not self.dataset_path:
+            raise ValueError("dataset sharegpt needs dataset_path")
+        return self
+
+
+class Objective(_Strict):
+    metric: str = "total_token_throughput"
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class Budget(_Strict):
+    n_trials: int = Field(20, gt=0)
+    timeout_s: float | None = Field(None, gt=0)
+
+
+class Baseline(_Strict):
+    """A control arm. Empty ``params`` means the engine's defaults: launched with no knob flags."""
+
+    name: str
+    engine: str
+    params: dict[str, Scalar] = {}
+
+
+class Space(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    model: Model
+    engines: dict[str, EngineChoice] = Field(min_length=1)
+    workload: Workload = Workload()
+    objective: Objective = Objective()
+    budget: Budget = Budget()
+    baselines: list[Baseline] = []
+    sampler: Literal["tpe", "random"] = "tpe"
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Space":
+        known = available_engines()
+        for name, choice in self.engines.items():
+            if name not in known:
+                raise ValueError(f"unknown engine {name!r}; available: {', '.join(known)}")
+            knobs = load_engine(name).knobs
+            for pname, param in {**choice.params, **{k: None for k in choice.fixed}}.items():
+                if pname not in knobs:
+                    raise ValueError(
+                        f"engine {name!r} has no knob {pname!r}; its knobs: {', '.join(knobs)}")
+            seen: list[str] = []
+            for pname, param in choice.params.items():
+                for cond in param.when:
+                    if cond not in seen:
+                        raise ValueError(
+                            f"{name}.{pname}: condition on {cond!r}, which is not an earlier param")
+                seen.append(pname)
+        for b in self.baselines:
+            if b.engine not in self.engines:
+                raise ValueError(f"baseline {b.name!r} uses engine {b.engine!r}, not in engines")
+        if len({b.name for b in self.baselines}) != len(self.baselines):
+            raise ValueError("baseline names must be unique")
+        return self
+
+
+def available_spaces() -> list[str]:
+    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
+
+
+def load_space(name_or_path: str) -> Space:
+    """Load a named space or a YAML path; unknown names list the available ones."""
+    path = Path(name_or_path).expanduser()
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = SPACES_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise InputError(
+                f"unknown space {name_or_path!r}; available: {', '.join(available_spaces())} "
+                "(or pass a path to a YAML file)")
+    elif not path.exists():
+        raise InputError(f"space file {path} does not exist")
+    return load_model(Space, path)
+
+
+def space_from_dict(data: dict[str, Any], source: str = "stored space") -> Space:
+    return parse_model(Space, data, source)
+
+
+# ---- Optuna side -------------------------------------------------------------------------------
+
+ENGINE_PARAM = "engine"
+
+
+def suggest(trial: optuna.Trial, space: Space) -> tuple[str, dict[str, Scalar]]:
+    """Define-by-run suggestion: the engine first, then its params in file order (conditions apply)."""
+    engines = list(space.engines)
+    engine = trial.suggest_categorical(ENGINE_PARAM, engines) if len(engines) > 1 else engines[0]
+    choice = space.engines[engine]
+    values: dict[str, Scalar] = {}
+    for pname, p in choice.params.items():
+        if any(values.get(k) != v for k, v in p.when.items()):
+            continue
+        values[pname] = _suggest_one(trial, pname, p)
+    values.update(choice.fixed)
+    return engine, values
+
+
+def _suggest_one(trial: optuna.Trial, name: str, p: Param) -> Scalar:
+    if p.type == "int":
+        return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    if p.type == "float":
+        return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+    if p.type == "bool":
+        return trial.suggest_categorical(name, [True, False])
+    return trial.suggest_categorical(name, p.choices)
+
+
+def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar], list[str]]:
+    """Params to enqueue for a baseline, and the knobs to leave to the engine's own defaults.
+
+    A knob the baseline does not set is launched without its flag; the enqueued value is the
+    engine's documented default (``default:`` in the space) so the sampler learns what was run.
+    """
+    choice = space.engines[baseline.engine]
+    params: dict[str, Scalar] = {}
+    if len(space.engines) > 1:
+        params[ENGINE_PARAM] = baseline.engine
+    omitted = []
+    for pname, p in choice.params.items():
+        if pname in baseline.params:
+            params[pname] = baseline.params[pname]
+        else:
+            omitted.append(pname)
+            if p.default is not None:
+                params[pname] = p.default
+    return params, omitted

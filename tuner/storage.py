@@ -1,0 +1,67 @@
+"""Where a study is stored: the Optuna storage URL, its artifact store and its per-trial log folders.
+
+SQLite under ``studies/`` by default; any SQLAlchemy URL (PostgreSQL for several workers) works.
+Artifacts and logs sit beside an SQLite file, or under ``studies/`` for server databases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from .paths import studies_dir
+from .yaml_io import InputError
+
+
+def default_url(study_name: str) -> str:
+    return f"sqlite:///{studies_dir() / (study_name + '.db')}"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """Open (creating if needed) the storage; a bad URL is an input error naming it."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InputError(f"--storage {url!r} is not a database URL (e.g. sqlite:///studies/x.db "
+                         "or postgresql://user@host/db)") from None
+    engine_kwargs = {}
+    db = _sqlite_path(url)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        # Readers such as the dashboard must not make the writer fail with "database is locked".
+        engine_kwargs = {"connect_args": {"timeout": 30}}
+    elif parsed.get_backend_name() == "sqlite":
+        raise InputError(f"--storage {url!r}: an in-memory SQLite study cannot be resumed; "
+                         "give a file path")
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except Exception as exc:  # driver missing, server down, auth failed: say which URL
+        raise InputError(f"cannot open storage {url!r}: {exc}") from None
+
+
+def data_dir(url: str, study_name: str) -> Path:
+    """The folder holding this study's artifacts and trial logs."""
+    db = _sqlite_path(url)
+    base = db.parent if db is not None else studies_dir()
+    return (base / f"{study_name}-files").resolve()
+
+
+def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
+    path = data_dir(url, study_name) / "artifacts"
+    path.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(path))
+
+
+def trial_dir(url: str, study_name: str, number: int) -> Path:
+    return data_dir(url, study_name) / "trials" / f"trial-{number:04d}"

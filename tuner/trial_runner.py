@@ -1,0 +1,134 @@
+"""One trial: launch the engine with a config, benchmark it over HTTP, tear it down, report.
+
+Knows nothing about Optuna: it takes a configuration and returns an outcome, so the same code serves
+local studies, Ray workers and `tune evaluate`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .bench import BenchConfig, run_benchmark
+from .engine_spec import load_engine
+from .failures import Failure, classify_exit
+from .fingerprint import engine_version
+from .launcher import EngineStartFailed, Server, free_port, start, wait_ready
+from .space import Scalar, Space, Workload
+from .translate import LaunchPlan, build_plan
+
+Phase = Callable[[str], None]
+
+
+@dataclass
+class TrialOutcome:
+    plan: LaunchPlan
+    log_path: Path
+    failure: Failure | None = None
+    metrics: dict = field(default_factory=dict)
+    result_path: Path | None = None
+    engine_version: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    client_saturated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: str) -> BenchConfig:
+    spec = load_engine(plan.engine)
+    return BenchConfig(
+        base_url=base_url,
+        model=plan.served_name,
+        tokenizer=space.model.resolved_tokenizer(),
+        endpoint=workload.endpoint or spec.request.endpoint,
+        dataset_name=workload.dataset,
+        dataset_path=workload.dataset_path and os.path.expanduser(workload.dataset_path),
+        num_prompts=workload.num_prompts,
+        random_input_len=workload.random_input_len,
+        random_output_len=workload.random_output_len,
+        random_range_ratio=workload.random_range_ratio,
+        random_prefix_len=workload.random_prefix_len,
+        sharegpt_output_len=workload.sharegpt_output_len,
+        request_rate=workload.request_rate,
+        burstiness=workload.burstiness,
+        max_concurrency=workload.max_concurrency,
+        seed=workload.seed,
+        num_warmups=workload.num_warmups,
+        omit_fields=frozenset(spec.request.omit_fields),
+    )
+
+
+def run_trial(
+    space: Space,
+    engine: str,
+    knobs: dict[str, Scalar],
+    trial_dir: Path,
+    *,
+    omit: frozenset[str] = frozenset(),
+    on_phase: Phase = lambda _: None,
+    on_started: Callable[[Server], None] | None = None,
+    port: int | None = None,
+) -> TrialOutcome:
+    spec = load_engine(engine)
+    choice = space.engines[engine]
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config_path = None
+    if spec.config_file is not None:
+        config_path = str(trial_dir / f"{engine}-config.{spec.config_file.format}")
+    plan = build_plan(spec, choice, space.model, knobs, port=port or free_port(), omit=omit,
+                      config_path=config_path)
+    if plan.config_file is not None:
+        Path(config_path).write_text(plan.config_file)
+    log_path = trial_dir / "server.log"
+    outcome = TrialOutcome(plan=plan, log_path=log_path)
+    t0 = time.monotonic()
+    on_phase("launching")
+    try:
+        server = start(plan, spec, log_path, on_started=on_started)
+    except EngineStartFailed as exc:
+        outcome.failure = exc.failure
+        return outcome
+    try:
+        on_phase("waiting for ready")
+        timeout = choice.startup_timeout_s or spec.readiness.startup_timeout_s
+        try:
+            outcome.timings["ready_s"] = wait_ready(server, timeout)
+        except EngineStartFailed as exc:
+            outcome.failure = exc.failure
+            return outcome
+        outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
+        on_phase("benchmarking")
+        t_bench = time.monotonic()
+        result = run_benchmark(bench_config(space, space.workload, plan, server.base_url))
+        outcome.timings["bench_s"] = time.monotonic() - t_bench
+        outcome.metrics = dict(result.metrics)
+        outcome.client_saturated = result.client_saturated
+        outcome.result_path = trial_dir / "bench-result.json"
+        _write_json(outcome.result_path, result.to_json())
+        if not server.alive():
+            failure = classify_exit(spec, server.log_text(), server.proc.returncode)
+            outcome.failure = Failure(failure.failure_class,
+                                      "server died during the benchmark: " + failure.reason,
+                                      failure.evidence, failure.generalises_on)
+        elif not result.metrics.get("completed"):
+            first = result.errors[0] if result.errors else "no request completed"
+            outcome.failure = Failure("requests-failed", "every benchmark request failed", first)
+        return outcome
+    finally:
+        on_phase("tearing down")
+        t_down = time.monotonic()
+        server.stop()
+        outcome.timings["teardown_s"] = time.monotonic() - t_down
+        outcome.timings["total_s"] = time.monotonic() - t0
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
