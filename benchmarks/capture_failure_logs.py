@@ -20,6 +20,8 @@ CASES = {
     "invalid-config-max-num-seqs-0": {"max_num_seqs": 0},
     "unsupported-quantization-awq": {"quantization": "awq"},
     "unsupported-quantization-fp8": {"quantization": "fp8"},
+    # Fails only on CPUs without AVX-512/AMX ("FP8 KV cache on CPU requires x86 with AVX-512 or
+    # AMX"); on others it starts, and no log is kept.
     "unsupported-hardware-fp8-kv": {"kv_cache_dtype": "fp8"},
 }
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
@@ -38,7 +40,8 @@ def main(names: list[str]) -> None:
         server = launcher.start(plan, spec, log)
         try:
             launcher.wait_ready(server, 180)
-            print(f"{name}: unexpectedly became ready")
+            print(f"{name}: became ready on this machine; no log kept")
+            continue
         except launcher.EngineStartFailed as exc:
             print(f"{name}: {exc.failure.failure_class}")
         finally:

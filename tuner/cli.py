@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import optuna
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -17,11 +18,12 @@ from .space import load_space
 from .storage import default_url
 from .yaml_io import InputError
 
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the terminal shows progress, not Optuna's log
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest way to serve an LLM on given hardware.")
 model_app = typer.Typer(no_args_is_help=True, help="Generate local models for real engine runs.")
 app.add_typer(model_app, name="model")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
@@ -54,7 +56,7 @@ class _ProgressReporter:
             msg = f"[green]ok[/] {t.value:,.1f}"
         elif label == "infeasible":
             msg = (f"[yellow]engine refused[/] {t.user_attrs.get('failure_class')}: "
-                   f"{t.user_attrs.get('failure_reason', '')}")
+                   f"{_short(t.user_attrs.get('failure_evidence') or t.user_attrs.get('failure_reason'))}")
         elif label == "pruned":
             msg = f"[yellow]pruned[/] {t.user_attrs.get('pruned_reason', '')}"
         else:
@@ -153,18 +155,25 @@ def status(
     except InputError as exc:
         _fail(str(exc))
     metric = handle.space.objective.metric
-    table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, objective {metric}")
-    for col in ("#", "arm", "engine", "config", "state", metric, "p99 TTFT ms", "mean TPOT ms", "failure"):
-        table.add_column(col, overflow="fold")
-    for t in study_mod.trials_table(handle.study):
+    trials = study_mod.trials_table(handle.study)
+    params = list(dict.fromkeys(k for t in trials for k in t.params))
+    table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, "
+                        f"objective {metric}", title_justify="left")
+    for col in ("#", "arm", "state", "value", *params, "p99 TTFT ms", "mean TPOT ms", "failure"):
+        table.add_column(col, no_wrap=True)
+    for t in trials:
         ua = t.user_attrs
-        config = " ".join(f"{k}={v}" for k, v in t.params.items() if k != "engine")
         value = f"{t.value:,.1f}" if t.value is not None and results.is_feasible(t) else "-"
         failure = ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error") or ""
-        table.add_row(str(t.number), ua.get("arm", ""), ua.get("engine", ""), config,
-                      results.status_label(t), value, _fmt(ua.get("p99_ttft_ms")),
+        table.add_row(str(t.number), ua.get("arm", ""), results.status_label(t), value,
+                      *(str(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
                       _fmt(ua.get("mean_tpot_ms")), failure)
     console.print(table)
+
+
+def _short(text: str | None, limit: int = 160) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _fmt(v) -> str:
@@ -203,6 +212,9 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
     cmp = results.compare_to_baseline(handle.study, t, metric)
     if cmp is None:
         console.print("no feasible baseline to compare with")
+    elif ua.get("arm") == cmp.baseline_arm:
+        console.print(f"the baseline {cmp.baseline_arm} is the best config measured: "
+                      "no searched config beat it", highlight=False)
     else:
         console.print(f"vs baseline {cmp.baseline_arm}: {cmp.baseline:,.2f} -> {cmp.best:,.2f} "
                       f"({cmp.change_pct:+.1f}%)", highlight=False)

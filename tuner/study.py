@@ -197,20 +197,22 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
     timeout_s = timeout_s or handle.space.budget.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s else None
     objective = _Objective(handle, reporter, total)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
     harness_errors = 0
+
+    def finished(_study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal harness_errors
+        reporter.trial_finished(trial)
+        harness_errors = harness_errors + 1 if trial.state == TrialState.FAIL else 0
+        if harness_errors >= 3:
+            raise HarnessError(
+                f"three trials in a row failed in the tuner itself; last: "
+                f"{trial.user_attrs.get('harness_error', 'see the trial logs')}")
+
     with _sigterm_as_interrupt():
         while finished_count(handle.study) < total:
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            handle.study.optimize(objective, n_trials=1, catch=(HarnessError,))
-            last = handle.study.get_trials(deepcopy=False)[-1]
-            reporter.trial_finished(last)
-            harness_errors = harness_errors + 1 if last.state == TrialState.FAIL else 0
-            if harness_errors >= 3:
-                raise HarnessError(
-                    f"three trials in a row failed in the tuner itself; last: "
-                    f"{last.user_attrs.get('harness_error', 'see the trial logs')}")
+            handle.study.optimize(objective, n_trials=1, catch=(HarnessError,), callbacks=[finished])
 
 
 class HarnessError(RuntimeError):

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh machine, idempotently: the project venv (.venv), the CPU engines in
+# their own venvs under ${TUNER_CACHE:-~/.cache/tuner}, and the tiny local Qwen3 model.
+# Usage: scripts/setup.sh [engine ...]   (default engines: vllm transformers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${TUNER_CACHE:-$HOME/.cache/tuner}"
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; then
+  echo "Installing the tuner into .venv..."
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q -e '.[test,dashboard]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/tune --help >/dev/null
+  touch .venv/.tuner-installed
+fi
+scripts/setup_engines.sh "$@"
+if [ ! -f "$CACHE/models/tiny-qwen3/tokenizer.json" ]; then
+  echo "Building the tiny Qwen3 model (config + locally trained tokenizer)..."
+  .venv/bin/tune model tiny "$CACHE/models/tiny-qwen3"
+fi

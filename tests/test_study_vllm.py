@@ -1,0 +1,144 @@
+"""End to end on the real vLLM CPU server: `tune start`, refusals, SIGINT, `tune resume`.
+
+These launch real engines (about 40 s per launch on 2 cores), so studies are kept to a few trials.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from tuner.launcher import group_members
+from tuner.paths import SPACES_DIR
+
+from .conftest import TUNE
+
+pytestmark = pytest.mark.engine
+
+
+def small_space(tmp_path: Path, *, num_prompts: int, n_trials: int, baselines: list | None = None,
+                name: str = "smoke-test") -> Path:
+    """cpu-smoke with a smaller workload and budget, written as the user's own YAML file."""
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["name"] = name
+    data["workload"]["num_prompts"] = num_prompts
+    data["budget"]["n_trials"] = n_trials
+    if baselines is not None:
+        data["baselines"] = baselines
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_tune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TUNE), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def load(studies: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{studies / (name + '.db')}")
+
+
+def test_study_records_results_refusals_and_best(tmp_path, studies, vllm_bin, tiny_model_path):
+    space = small_space(tmp_path, num_prompts=16, n_trials=3)
+    proc = run_tune("start", "--space", str(space))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    study = load(studies, "smoke-test")
+    trials = {t.user_attrs["arm"]: t for t in study.trials if t.user_attrs.get("arm") != "search"}
+    assert len(study.trials) == 3
+
+    defaults = trials["vllm-defaults"]
+    assert defaults.state == optuna.trial.TrialState.COMPLETE
+    assert defaults.constraints == {"engine_start": 0.0}
+    assert defaults.user_attrs["completed"] == 16 and defaults.value > 0
+    assert defaults.value == pytest.approx(defaults.user_attrs["metrics"]["total_token_throughput"])
+    # Engine defaults: no knob flags on the command line.
+    assert not {"--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"} & set(
+        defaults.user_attrs["argv"])
+    assert defaults.user_attrs["engine_version"] == "0.32.0"
+    assert defaults.user_attrs["environment"]["device"].startswith("cpu")
+
+    refused = trials["probe-invalid"]
+    assert refused.state == optuna.trial.TrialState.COMPLETE  # complete + infeasible, so samplers learn
+    assert refused.constraints == {"engine_start": 1.0}
+    assert refused.user_attrs["failure_class"] == "invalid-config"
+    assert "is smaller than max_model_len" in refused.user_attrs["failure_evidence"]
+
+    artifacts = optuna.artifacts.get_all_artifact_meta(defaults, storage=study._storage)
+    assert {a.mimetype for a in artifacts} >= {"text/plain", "application/json"}
+    assert "best: trial" in proc.stdout and "serve command:" in proc.stdout
+    assert "vs baseline vllm-defaults" in proc.stdout
+
+    status = run_tune("status", "smoke-test")
+    assert status.returncode == 0 and "invalid-config" in status.stdout and "infeasible" in status.stdout
+    best = run_tune("best", "smoke-test")
+    assert best.returncode == 0 and "--served-model-name tiny-qwen3" in best.stdout
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _running_engine(db: Path):
+    """(pgid, port) of the engine of the RUNNING trial once it serves, read from the study file."""
+    if not db.exists():
+        return None
+    try:
+        study = optuna.load_study(study_name="sigint", storage=f"sqlite:///{db}")
+    except Exception:
+        return None
+    for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+        pgid = t.user_attrs.get("engine_pgid")
+        if pgid:
+            return pgid
+    return None
+
+
+def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin, tiny_model_path):
+    # Enough prompts that the benchmark takes a while on 2 cores, so SIGINT lands inside it.
+    space = small_space(tmp_path, num_prompts=400, n_trials=2, name="sigint",
+                        baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
+    proc = subprocess.Popen([str(TUNE), "start", "--space", str(space)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    db = studies / "sigint.db"
+    try:
+        pgid = _wait_for(lambda: _running_engine(db), 300, "the first trial's engine to launch")
+        log = next((studies / "sigint-files" / "trials").glob("trial-0000/server.log"))
+        _wait_for(lambda: "Starting vLLM server on" in log.read_text(errors="replace"), 300,
+                  "the engine to become ready")
+        _wait_for(lambda: "POST /v1/completions" in log.read_text(errors="replace"), 60,
+                  "the benchmark to start")
+        proc.send_signal(signal.SIGINT)
+        out, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + errs
+    assert "tune resume sigint" in errs
+    assert group_members(pgid) == [], "the engine's process group survived SIGINT"
+
+    study = load(studies, "sigint")
+    first = study.trials[0]
+    assert first.state == optuna.trial.TrialState.FAIL and first.user_attrs["interrupted"]
+
+    resumed = run_tune("resume", "sigint")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trial 0 was interrupted: re-queued" in resumed.stdout
+    study = load(studies, "sigint")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 2
+    retry = next(t for t in complete if t.user_attrs.get("retry_of") == 0)
+    assert retry.user_attrs["arm"] == "vllm-defaults" and retry.params == first.params
