@@ -6,10 +6,6 @@ import pytest
 from tuner import tiny_model
 from tuner.paths import cache_dir
 
-REPO = Path(__file__).resolve().parent.parent
-TUNE = REPO / ".venv" / "bin" / "tune"
-
-
 def _engine_or_skip(path: Path, what: str) -> Path:
     if path.exists():
         return path

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,9 +19,8 @@ import yaml
 from tuner.launcher import group_members
 from tuner.paths import SPACES_DIR
 
-from .conftest import TUNE
-
 pytestmark = pytest.mark.engine
+TUNE = Path(sys.executable).parent / "tune"  # the console script of the venv running the tests
 
 
 def small_space(tmp_path: Path, *, num_prompts: int, n_trials: int, baselines: list | None = None,

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from . import results, study as study_mod
 from .space import load_space
-from .storage import default_url
+from .storage import default_url, study_names
 from .yaml_io import InputError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # the terminal shows progress, not Optuna's log
@@ -28,7 +28,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -87,7 +87,7 @@ def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
     name, n = space_name, 1
     while True:
         url = storage or default_url(name)
-        if name not in study_mod.study_names(url):
+        if name not in study_names(url):
             return name
         n += 1
         name = f"{space_name}-{n}"
@@ -144,7 +144,7 @@ def status(
 ) -> None:
     """Table of a study's trials: config, state, objective, failure class."""
     if study is None:
-        names = study_mod.study_names(storage) if storage else _studies_on_disk()
+        names = study_names(storage) if storage else _studies_on_disk()
         if not names:
             console.print("no studies yet: run `tune start --space cpu-smoke`")
         for n in names:

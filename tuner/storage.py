@@ -21,23 +21,33 @@ def default_url(study_name: str) -> str:
     return f"sqlite:///{studies_dir() / (study_name + '.db')}"
 
 
+def _parse(url: str):
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise InputError(f"--storage {url!r} is not a database URL (e.g. sqlite:///studies/x.db "
+                         "or postgresql://user@host/db)") from None
+
+
 def _sqlite_path(url: str) -> Path | None:
-    parsed = make_url(url)
+    parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
     return Path(parsed.database)
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """Open (creating if needed) the storage; a bad URL is an input error naming it."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InputError(f"--storage {url!r} is not a database URL (e.g. sqlite:///studies/x.db "
-                         "or postgresql://user@host/db)") from None
+def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStorage:
+    """Open the storage; a bad URL is an input error naming it.
+
+    Only ``create=True`` may make a new SQLite file, so reading commands given a wrong name leave
+    nothing behind.
+    """
+    parsed = _parse(url)
     engine_kwargs = {}
     db = _sqlite_path(url)
     if db is not None:
+        if not create and not db.exists():
+            raise InputError(f"no study database at {db}")
         db.parent.mkdir(parents=True, exist_ok=True)
         # Readers such as the dashboard must not make the writer fail with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 30}}
@@ -48,6 +58,14 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as exc:  # driver missing, server down, auth failed: say which URL
         raise InputError(f"cannot open storage {url!r}: {exc}") from None
+
+
+def study_names(url: str) -> list[str]:
+    """Studies in a storage; a SQLite file that does not exist yet simply has none."""
+    db = _sqlite_path(url)
+    if db is not None and not db.exists():
+        return []
+    return [s.study_name for s in optuna.get_all_study_summaries(open_storage(url))]
 
 
 def data_dir(url: str, study_name: str) -> Path:

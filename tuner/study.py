@@ -23,10 +23,11 @@ from optuna.trial import TrialState
 
 from .fingerprint import environment, model_revision
 from .launcher import check_command, kill_group
+from .paths import expand
 from .engine_spec import load_engine
 from .redact import redact_argv, redact_env, redact_text, secret_values
 from .space import Space, baseline_params, space_from_dict, suggest
-from .storage import artifact_store, open_storage, trial_dir
+from .storage import artifact_store, open_storage, study_names, trial_dir
 from .trial_runner import TrialOutcome, run_trial
 from .yaml_io import InputError
 
@@ -68,20 +69,14 @@ def _sampler(space: Space) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=space.seed)
 
 
-def study_names(url: str) -> list[str]:
-    return [s.study_name for s in optuna.get_all_study_summaries(open_storage(url))]
-
-
 def create(space: Space, name: str, url: str) -> StudyHandle:
     """A new study; an existing name is refused so two spaces never mix in one study."""
     for engine, choice in space.engines.items():
-        argv0 = (choice.command or load_engine(engine).command)[0]
-        from .paths import expand
-        check_command(expand(argv0))
-    storage = open_storage(url)
-    if name in [s.study_name for s in optuna.get_all_study_summaries(storage)]:
+        check_command(expand((choice.command or load_engine(engine).command)[0]))
+    if name in study_names(url):
         raise InputError(f"study {name!r} already exists in {url}; continue it with "
                          f"`tune resume {name}` or pick another --study name")
+    storage = open_storage(url, create=True)
     study = optuna.create_study(storage=storage, study_name=name,
                                 direction=space.objective.direction, sampler=_sampler(space))
     study.set_user_attr("space", space.model_dump(mode="json"))
@@ -93,11 +88,11 @@ def create(space: Space, name: str, url: str) -> StudyHandle:
 
 
 def load(name: str, url: str) -> StudyHandle:
-    storage = open_storage(url)
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    names = study_names(url)
     if name not in names:
         raise InputError(f"no study named {name!r} in {url}; studies there: "
                          f"{', '.join(names) or '(none)'}")
+    storage = open_storage(url)
     probe = optuna.load_study(study_name=name, storage=storage)
     stored = probe.user_attrs.get("space")
     if stored is None:

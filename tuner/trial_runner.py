@@ -34,6 +34,7 @@ class TrialOutcome:
     engine_version: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     client_saturated: bool = False
+    workload_metrics: dict[str, dict] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -74,7 +75,13 @@ def run_trial(
     on_phase: Phase = lambda _: None,
     on_started: Callable[[Server], None] | None = None,
     port: int | None = None,
+    workloads: list[Workload] | None = None,
 ) -> TrialOutcome:
+    """Launch, benchmark each workload in turn on the same server (the space's by default), stop.
+
+    ``outcome.metrics`` holds the first workload's metrics; all of them are in
+    ``outcome.workload_metrics`` by workload name.
+    """
     spec = load_engine(engine)
     choice = space.engines[engine]
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -103,14 +110,19 @@ def run_trial(
             outcome.failure = exc.failure
             return outcome
         outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
-        on_phase("benchmarking")
         t_bench = time.monotonic()
-        result = run_benchmark(bench_config(space, space.workload, plan, server.base_url))
+        for i, workload in enumerate(workloads or [space.workload]):
+            on_phase("benchmarking" + (f" {workload.name}" if workloads else ""))
+            result = run_benchmark(bench_config(space, workload, plan, server.base_url))
+            path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
+            _write_json(path, result.to_json())
+            outcome.workload_metrics[workload.name] = dict(result.metrics)
+            outcome.client_saturated |= result.client_saturated
+            if i == 0:
+                outcome.metrics, outcome.result_path = dict(result.metrics), path
+            if not server.alive() or not result.metrics.get("completed"):
+                break
         outcome.timings["bench_s"] = time.monotonic() - t_bench
-        outcome.metrics = dict(result.metrics)
-        outcome.client_saturated = result.client_saturated
-        outcome.result_path = trial_dir / "bench-result.json"
-        _write_json(outcome.result_path, result.to_json())
         if not server.alive():
             failure = classify_exit(spec, server.log_text(), server.proc.returncode)
             outcome.failure = Failure(failure.failure_class,

@@ -1,0 +1,58 @@
+"""Bad input: one clear message naming the input, exit code 2, nothing half-written."""
+
+import sys
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.paths import SPACES_DIR
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_unknown_space_lists_available(studies):
+    r = invoke("start", "--space", "no-such-space")
+    assert r.exit_code == 2
+    assert "unknown space 'no-such-space'; available:" in r.output and "cpu-smoke" in r.output
+    assert not studies.exists()
+
+
+def test_invalid_yaml_names_file_line_and_key(tmp_path, studies):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: {path: /m}\nengines:\n  vllm:\n    params:\n"
+                   "      max_num_seqs: {type: int, low: 8, high: 2}\n")
+    r = invoke("start", "--space", str(bad))
+    assert r.exit_code == 2
+    assert f"{bad}:6: engines.vllm.params.max_num_seqs" in r.output
+    assert "low (8.0) is greater than high (2.0)" in r.output
+    assert not studies.exists()
+
+
+def test_missing_engine_command_is_named_and_no_study_is_created(tmp_path, studies):
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["engines"]["vllm"]["command"] = ["/nonexistent/venv/bin/vllm", "serve"]
+    space = tmp_path / "s.yaml"
+    space.write_text(yaml.safe_dump(data))
+    r = invoke("start", "--space", str(space))
+    assert r.exit_code == 2
+    assert "engine command '/nonexistent/venv/bin/vllm' does not exist" in r.output
+    assert not list(studies.glob("*")) if studies.exists() else True
+
+
+def test_unknown_study_and_bad_storage(studies):
+    r = invoke("status", "nope")
+    assert r.exit_code == 2 and "no study named 'nope'" in r.output
+    assert not (studies / "nope.db").exists()
+    r = invoke("best", "x", "--storage", "not a url")
+    assert r.exit_code == 2 and "--storage 'not a url' is not a database URL" in r.output
+
+
+def test_bad_cli_value_is_rejected_by_the_parser():
+    r = invoke("start", "--space", "cpu-smoke", "--n-trials", "0")
+    assert r.exit_code == 2 and "--n-trials" in r.output
