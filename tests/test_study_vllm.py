@@ -92,12 +92,12 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _running_engine(db: Path):
+def _running_engine(db: Path, name: str = "sigint"):
     """(pgid, port) of the engine of the RUNNING trial once it serves, read from the study file."""
     if not db.exists():
         return None
     try:
-        study = optuna.load_study(study_name="sigint", storage=f"sqlite:///{db}")
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
     except Exception:
         return None
     for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
@@ -142,3 +142,31 @@ def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin
     assert len(complete) == 2
     retry = next(t for t in complete if t.user_attrs.get("retry_of") == 0)
     assert retry.user_attrs["arm"] == "vllm-defaults" and retry.params == first.params
+
+
+def test_sigkill_of_the_tuner_leaves_no_orphan_after_resume(tmp_path, studies, vllm_bin,
+                                                            tiny_model_path):
+    space = small_space(tmp_path, num_prompts=16, n_trials=2, name="killed",
+                        baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
+    proc = subprocess.Popen([str(TUNE), "start", "--space", str(space)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    db = studies / "killed.db"
+    try:
+        pgid = _wait_for(lambda: _running_engine(db, "killed"), 300, "the engine to launch")
+        proc.kill()  # SIGKILL: no cleanup runs in the tuner
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert group_members(pgid), "the engine should outlive a SIGKILLed tuner (its own session)"
+
+    resumed = run_tune("resume", "killed")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"killed orphaned engine process group {pgid}" in resumed.stdout
+    assert "trial 0 was running when its tuner process died: marked FAIL" in resumed.stdout
+    assert group_members(pgid) == []
+    study = load(studies, "killed")
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 2
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert any(t.user_attrs.get("retry_of") == 0 for t in study.trials)

@@ -16,15 +16,16 @@ from rich.table import Table
 from . import results, study as study_mod
 from .space import load_space
 from .storage import default_url, study_names
+from .trial_runner import HarnessError
 from .yaml_io import InputError
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # the terminal shows progress, not Optuna's log
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progress, not Optuna's log
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest way to serve an LLM on given hardware.")
 model_app = typer.Typer(no_args_is_help=True, help="Generate local models for real engine runs.")
 app.add_typer(model_app, name="model")
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -49,6 +50,9 @@ class _ProgressReporter:
 
     def phase(self, phase: str) -> None:
         self.progress.update(self.task, description=f"{self.label}: {phase}")
+
+    def note(self, message: str) -> None:
+        self.progress.console.print(f"[yellow]{message}[/]", highlight=False)
 
     def trial_finished(self, t) -> None:
         label = results.status_label(t)
@@ -77,10 +81,13 @@ def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int]) -
             progress.stop()
             err.print(f"[yellow]interrupted.[/] Engine stopped; completed trials are saved. "
                       f"Continue with: tune resume {handle.name}"
-                      + (f" --storage {handle.url}" if handle.url != default_url(handle.name) else ""))
+                      + (f" --storage {handle.url}" if handle.url != default_url(handle.name) else ""),
+                      soft_wrap=True)
             raise typer.Exit(130)
-        except study_mod.HarnessError as exc:
+        except HarnessError as exc:
             _fail(str(exc), 1)
+        except InputError as exc:
+            _fail(str(exc))
 
 
 def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
@@ -96,7 +103,8 @@ def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
 @app.command()
 def start(
     space: str = typer.Option(..., "--space", "-s", help="Space name from search_spaces/ or a YAML path."),
-    study: Optional[str] = typer.Option(None, help="Study name (default: the space's name, made unique)."),
+    study: Optional[str] = typer.Option(None, help="Study name (default: the space's name, made unique). "
+                                        "An existing study of the same space is joined as one more worker."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="Trials to finish (default: the space's budget)."),
 ) -> None:
@@ -105,7 +113,7 @@ def start(
         sp = load_space(space)
         name = study or _resolve_study_name(sp.name, storage)
         url = storage or default_url(name)
-        handle = study_mod.create(sp, name, url)
+        handle = study_mod.create(sp, name, url, join=study is not None)
     except InputError as exc:
         _fail(str(exc))
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
@@ -118,14 +126,24 @@ def resume(
     study: str = typer.Argument(..., help="Study name."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="New total of finished trials."),
+    new_hardware: bool = typer.Option(False, "--new-hardware", help="On different hardware: start a linked "
+                                      "study warm-started from this one's best configs instead of refusing."),
 ) -> None:
     """Continue a study: clean up after a crash, retry interrupted trials, finish the budget."""
     try:
         handle = study_mod.load(study, storage or default_url(study))
+        changed = study_mod.fingerprint_mismatch(handle)
+        if changed and not new_hardware:
+            diff = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise InputError(f"study {study!r} was measured on other hardware ({diff}); mixing "
+                             "measurements would make them incomparable. Use --new-hardware to "
+                             "start a linked study warm-started from its best configs")
+        if changed:
+            handle = study_mod.link_new_hardware(handle)
+            console.print(f"different hardware: continuing in linked study [bold]{handle.name}[/]",
+                          highlight=False)
     except InputError as exc:
         _fail(str(exc))
-    for note in study_mod.recover(handle):
-        console.print(f"[yellow]{note}[/]", highlight=False)
     if n_trials:
         handle.study.set_user_attr("n_trials", n_trials)
     _run_with_progress(handle, n_trials)

@@ -20,6 +20,7 @@ from typing import Callable
 import httpx
 import psutil
 
+from . import orphans
 from .engine_spec import EngineSpec
 from .failures import Failure, classify_exit, startup_timeout
 from .redact import redact_argv, redact_env
@@ -130,6 +131,7 @@ class Server:
 
     def stop(self, grace_s: float = 10.0) -> None:
         kill_group(self.pgid, grace_s, leader=self.proc)
+        orphans.unregister(self.pgid)
         end = time.monotonic() + 10
         while not port_is_free(self.plan.port, self.plan.host) and time.monotonic() < end:
             time.sleep(0.2)
@@ -161,6 +163,7 @@ def start(
         except FileNotFoundError:
             raise EngineCommandNotFound(f"engine command {plan.argv[0]!r} not found") from None
     server = Server(plan, spec, proc, log_path)
+    orphans.register(proc.pid, f"{plan.engine} on port {plan.port}")
     if on_started:
         on_started(server)
     return server

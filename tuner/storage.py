@@ -6,10 +6,12 @@ Artifacts and logs sit beside an SQLite file, or under ``studies/`` for server d
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
+from optuna.storages.journal import JournalFileBackend
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -29,7 +31,19 @@ def _parse(url: str):
                          "or postgresql://user@host/db)") from None
 
 
-def _sqlite_path(url: str) -> Path | None:
+def journal_path(url: str) -> Path | None:
+    """``journal:///abs/path.journal`` or a bare ``*.journal`` path: Optuna's append-only file log,
+    safe for several workers on one machine or NFS, where SQLite is not."""
+    if url.startswith("journal://"):
+        return Path(url.removeprefix("journal://"))
+    if url.endswith(".journal") and "://" not in url:
+        return Path(url).expanduser().resolve()
+    return None
+
+
+def sqlite_path(url: str) -> Path | None:
+    if journal_path(url):
+        return None
     parsed = _parse(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return None
@@ -42,9 +56,15 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
     Only ``create=True`` may make a new SQLite file, so reading commands given a wrong name leave
     nothing behind.
     """
+    journal = journal_path(url)
+    if journal is not None:
+        if not create and not journal.exists():
+            raise InputError(f"no study journal at {journal}")
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
     parsed = _parse(url)
     engine_kwargs = {}
-    db = _sqlite_path(url)
+    db = sqlite_path(url)
     if db is not None:
         if not create and not db.exists():
             raise InputError(f"no study database at {db}")
@@ -54,24 +74,31 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
     elif parsed.get_backend_name() == "sqlite":
         raise InputError(f"--storage {url!r}: an in-memory SQLite study cannot be resumed; "
                          "give a file path")
+    heartbeat = {}
+    if db is None:
+        # Server databases serve several workers: a dead worker's trial goes stale and is failed,
+        # then re-queued by tuner.study.recover.
+        heartbeat = {"heartbeat_interval": 30, "grace_period": 120}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
     except Exception as exc:  # driver missing, server down, auth failed: say which URL
         raise InputError(f"cannot open storage {url!r}: {exc}") from None
 
 
 def study_names(url: str) -> list[str]:
-    """Studies in a storage; a SQLite file that does not exist yet simply has none."""
-    db = _sqlite_path(url)
-    if db is not None and not db.exists():
+    """Studies in a storage; a file that does not exist yet simply has none."""
+    path = sqlite_path(url) or journal_path(url)
+    if path is not None and not path.exists():
         return []
     return [s.study_name for s in optuna.get_all_study_summaries(open_storage(url))]
 
 
 def data_dir(url: str, study_name: str) -> Path:
     """The folder holding this study's artifacts and trial logs."""
-    db = _sqlite_path(url)
-    base = db.parent if db is not None else studies_dir()
+    path = sqlite_path(url) or journal_path(url)
+    base = path.parent if path is not None else studies_dir()
     return (base / f"{study_name}-files").resolve()
 
 

@@ -1,55 +1,53 @@
-"""The Optuna side: create or resume a study, enqueue baselines, run trials, record everything.
+"""The Optuna side: create, join or resume a study, enqueue baselines, run trials, record everything.
 
 A config the engine refuses is recorded COMPLETE with a pessimistic value and the constraint
 ``engine_start = 1``: every Optuna sampler learns from that, while FAIL trials are ignored by all of
-them. FAIL is kept for harness errors and interruptions, which are retried on resume.
+them. FAIL is kept for interruptions and harness errors; each FAIL trial is retried once.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import contextlib
+import fcntl
 import platform
 import signal
-import contextlib
 import time
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
 
 import optuna
 import psutil
-from optuna.artifacts import upload_artifact
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
-from .fingerprint import environment, model_revision
-from .launcher import check_command, kill_group
-from .paths import expand
+from . import orphans
 from .engine_spec import load_engine
-from .redact import redact_argv, redact_env, redact_text, secret_values
+from .fingerprint import environment
+from .launcher import check_command
+from .paths import expand
+from .recording import TrialRecorder
 from .space import Space, baseline_params, space_from_dict, suggest
-from .storage import artifact_store, open_storage, study_names, trial_dir
-from .trial_runner import TrialOutcome, run_trial
+from .storage import open_storage, sqlite_path, study_names, trial_dir
+from .trial_runner import HarnessError, TrialOutcome, run_trial
 from .yaml_io import InputError
 
-# Attributes kept flat on each trial so the dashboard shows them as (sortable) columns.
-HEADLINE_METRICS = (
-    "total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
-    "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "p99_itl_ms", "completed", "failed", "duration",
-)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# What must match for measurements to be comparable; the host name may differ (resume elsewhere).
+FINGERPRINT_KEYS = ("device", "gpu", "gpu_count", "gpu_memory_mib", "driver", "cpu")
 
 
 class Reporter(Protocol):
     def trial_started(self, number: int, index: int, total: int, label: str) -> None: ...
     def phase(self, phase: str) -> None: ...
-    def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
+    def trial_finished(self, trial: FrozenTrial) -> None: ...
+    def note(self, message: str) -> None: ...
 
 
 class _Quiet:
     def trial_started(self, number, index, total, label): pass
     def phase(self, phase): pass
     def trial_finished(self, trial): pass
+    def note(self, message): pass
 
 
 @dataclass
@@ -62,6 +60,24 @@ class StudyHandle:
     def name(self) -> str:
         return self.study.study_name
 
+    @property
+    def budget(self) -> int:
+        return self.study.user_attrs.get("n_trials") or self.space.budget.n_trials
+
+
+@dataclass(frozen=True)
+class TrialTask:
+    """Everything a worker needs to run one trial; picklable, so Ray workers can take it."""
+
+    number: int
+    engine: str
+    knobs: dict
+    omit: frozenset[str]
+    trial_dir: Path
+    space: Space
+    label: str = ""
+    env: dict = field(default_factory=dict)
+
 
 def _sampler(space: Space) -> optuna.samplers.BaseSampler:
     if space.sampler == "random":
@@ -69,21 +85,55 @@ def _sampler(space: Space) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=space.seed)
 
 
-def create(space: Space, name: str, url: str) -> StudyHandle:
-    """A new study; an existing name is refused so two spaces never mix in one study."""
+def fingerprint() -> dict:
+    env = environment()
+    return {"device": env["device"], "gpu": env["gpu"], "gpu_count": len(env["gpus"]),
+            "gpu_memory_mib": env["gpus"][0]["memory_mib"] if env["gpus"] else None,
+            "driver": env["driver"], "cpu": None if env["gpus"] else env["cpu"]}
+
+
+def _check_commands(space: Space) -> None:
     for engine, choice in space.engines.items():
         check_command(expand((choice.command or load_engine(engine).command)[0]))
+
+
+def create(space: Space, name: str, url: str, *, join: bool = False,
+           linked_from: str | None = None) -> StudyHandle:
+    """A new study, or with ``join`` the same-space study other workers already run.
+
+    Creation is atomic in the database, so when several workers start at once exactly one creates
+    the study and enqueues the baselines; the others join it.
+    """
+    _check_commands(space)
     if name in study_names(url):
-        raise InputError(f"study {name!r} already exists in {url}; continue it with "
-                         f"`tune resume {name}` or pick another --study name")
+        if not join:
+            raise InputError(f"study {name!r} already exists in {url}; continue it with "
+                             f"`tune resume {name}` or pick another --study name")
+        return _join(space, name, url)
     storage = open_storage(url, create=True)
-    study = optuna.create_study(storage=storage, study_name=name,
-                                direction=space.objective.direction, sampler=_sampler(space))
+    try:
+        study = optuna.create_study(storage=storage, study_name=name,
+                                    direction=space.objective.direction, sampler=_sampler(space))
+    except optuna.exceptions.DuplicatedStudyError:
+        if not join:
+            raise InputError(f"study {name!r} was just created by another process") from None
+        return _join(space, name, url)
     study.set_user_attr("space", space.model_dump(mode="json"))
     study.set_user_attr("n_trials", space.budget.n_trials)
-    study.set_user_attr("objective", space.objective.model_dump())
+    study.set_user_attr("fingerprint", fingerprint())
+    if linked_from:
+        study.set_user_attr("linked_from", linked_from)
     handle = StudyHandle(study, space, url)
     enqueue_baselines(handle)
+    study.set_user_attr("ready", True)
+    return handle
+
+
+def _join(space: Space, name: str, url: str) -> StudyHandle:
+    handle = load(name, url)
+    if handle.space != space:
+        raise InputError(f"study {name!r} exists with a different space; workers of one study "
+                         "must use the same space file")
     return handle
 
 
@@ -93,13 +143,42 @@ def load(name: str, url: str) -> StudyHandle:
         raise InputError(f"no study named {name!r} in {url}; studies there: "
                          f"{', '.join(names) or '(none)'}")
     storage = open_storage(url)
-    probe = optuna.load_study(study_name=name, storage=storage)
-    stored = probe.user_attrs.get("space")
-    if stored is None:
+    stored = optuna.load_study(study_name=name, storage=storage)
+    deadline = time.monotonic() + 30
+    while not stored.user_attrs.get("ready") and time.monotonic() < deadline:
+        time.sleep(0.5)  # another worker is creating it right now
+        stored = optuna.load_study(study_name=name, storage=storage)
+    if stored.user_attrs.get("space") is None:
         raise InputError(f"study {name!r} was not created by tune (no stored space)")
-    space = space_from_dict(stored, f"space stored in study {name!r}")
+    space = space_from_dict(stored.user_attrs["space"], f"space stored in study {name!r}")
     study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(space))
     return StudyHandle(study, space, url)
+
+
+def fingerprint_mismatch(handle: StudyHandle) -> dict[str, tuple]:
+    """Keys whose value here differs from the study's; empty when measurements can be mixed."""
+    stored = handle.study.user_attrs.get("fingerprint") or {}
+    here = fingerprint()
+    return {k: (stored.get(k), here.get(k)) for k in FINGERPRINT_KEYS
+            if k in stored and stored.get(k) != here.get(k)}
+
+
+def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
+    """A new study for this hardware, warm-started with the old study's best configs."""
+    base = f"{handle.name}-{fingerprint()['device']}"
+    name, n = base, 1
+    while name in study_names(handle.url):
+        n += 1
+        name = f"{base}-{n}"
+    new = create(handle.space, name, handle.url, linked_from=handle.name)
+    feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("feasible") and t.user_attrs.get("arm", "search") == "search"]
+    reverse = handle.space.objective.direction == "maximize"
+    for t in sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]:
+        new.study.enqueue_trial(t.params, user_attrs={"arm": "search", "warm_start_of":
+                                                      f"{handle.name}#{t.number}"},
+                                skip_if_exists=True)
+    return new
 
 
 def enqueue_baselines(handle: StudyHandle) -> None:
@@ -117,55 +196,47 @@ def finished_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
-def recover(handle: StudyHandle) -> list[str]:
-    """Make an interrupted study runnable again; returns what was done, for the terminal.
-
-    RUNNING trials whose worker on this host is gone are failed (their recorded engine process
-    group is killed first), and every interrupted trial is re-enqueued once with its params.
-    """
-    notes = []
-    study = handle.study
-    host = platform.node()
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t.user_attrs.get("worker_host") not in (None, host):
-            continue  # another machine's worker: its own resume handles it
-        worker = t.user_attrs.get("worker_pid")
-        if worker and psutil.pid_exists(worker) and worker != os.getpid():
-            try:
-                if psutil.Process(worker).create_time() == t.user_attrs.get("worker_started"):
-                    continue  # still running elsewhere on this host
-            except psutil.NoSuchProcess:
-                pass
-        pgid = t.user_attrs.get("engine_pgid")
-        if pgid and _is_our_engine(pgid, t.user_attrs.get("engine_started")):
-            kill_group(pgid, grace_s=5)
-            notes.append(f"killed orphaned engine process group {pgid} of trial {t.number}")
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        notes.append(f"trial {t.number} was running when the tuner died: marked FAIL")
-    retried = {t.user_attrs.get("retry_of") for t in study.get_trials(deepcopy=False)}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if t.user_attrs.get("interrupted") and t.number not in retried:
-            attrs = {"retry_of": t.number}
-            for key in ("arm", "engine", "omit"):
-                if key in t.user_attrs:
-                    attrs[key] = t.user_attrs[key]
-            study.enqueue_trial(t.params, user_attrs=attrs)
-            notes.append(f"trial {t.number} was interrupted: re-queued")
-    return notes
-
-
-def _is_our_engine(pgid: int, started: float | None) -> bool:
-    """Only a process group whose leader is the very process we launched (same start time)."""
+def _owner_alive(t: FrozenTrial) -> bool:
+    """Is the worker that owns this RUNNING trial still alive? Other hosts are assumed alive
+    (the storage heartbeat, where there is one, fails their stale trials)."""
+    if t.user_attrs.get("worker_host") not in (None, platform.node()):
+        return True
+    pid, started = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_started")
     try:
-        leader = psutil.Process(pgid)
-        return started is not None and abs(leader.create_time() - started) < 0.01
-    except psutil.NoSuchProcess:
+        return pid is not None and abs(psutil.Process(pid).create_time() - started) < 0.01
+    except (psutil.NoSuchProcess, TypeError):
         return False
 
 
+def recover(handle: StudyHandle) -> list[str]:
+    """Make an interrupted study runnable again; returns what was done, for the terminal.
+
+    Engines left by dead tuner processes on this host are killed; RUNNING trials whose worker is
+    gone are failed; every FAIL trial that is not itself a retry is re-queued once.
+    """
+    notes = [f"killed orphaned engine process group {e.pgid} ({e.label})" for e in orphans.reap()]
+    study = handle.study
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if _owner_alive(t):
+            continue
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        notes.append(f"trial {t.number} was running when its tuner process died: marked FAIL")
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    for t in trials:
+        if t.state != TrialState.FAIL or t.number in retried or "retry_of" in t.user_attrs:
+            continue
+        attrs = {"retry_of": t.number}
+        attrs.update({k: t.user_attrs[k] for k in ("arm", "engine", "omit") if k in t.user_attrs})
+        study.enqueue_trial(t.params, user_attrs=attrs)
+        why = "was interrupted" if t.user_attrs.get("interrupted") else "failed in the tuner"
+        notes.append(f"trial {t.number} {why}: re-queued")
+    return notes
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
+def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM (e.g. from a scheduler) takes the same clean path as Ctrl-C."""
     def handler(signum, frame):
         raise KeyboardInterrupt
@@ -180,145 +251,110 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def single_writer(url: str) -> Iterator[None]:
+    """Refuse a second process on one SQLite study: SQLite has no row locks, and concurrent
+    workers race for enqueued trials ("database is locked", duplicated baselines)."""
+    db = sqlite_path(url)
+    if db is None:
+        yield
+        return
+    lock_path = db.with_name(db.name + ".lock")
+    with open(lock_path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise InputError(
+                f"{db} is in use by {holder}. SQLite is not safe for several workers: run one "
+                "process per SQLite study, or share a PostgreSQL (--storage postgresql://...) "
+                "or journal-file (--storage journal:///path/study.journal) storage") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {psutil.Process().pid} on {platform.node()}")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | None = None,
         reporter: Reporter | None = None) -> None:
-    """Run until the study has ``n_trials`` finished trials (the space's budget by default).
+    """Run until the study has ``n_trials`` finished trials (the budget by default).
 
-    Interrupted and harness-failed trials do not use up the budget, so trials are run one at a
-    time until enough have finished; three harness errors in a row stop the study.
+    Interrupted and harness-failed trials do not use up the budget; three harness errors in a row
+    stop the study. Several workers may run one study (PostgreSQL, journal file): each starts a
+    trial only while finished + running trials are below the budget.
     """
     reporter = reporter or _Quiet()
-    total = n_trials or handle.study.user_attrs.get("n_trials") or handle.space.budget.n_trials
+    total = n_trials or handle.budget
     timeout_s = timeout_s or handle.space.budget.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    objective = _Objective(handle, reporter, total)
+    recorder = TrialRecorder(handle.study, handle.space, handle.url)
     harness_errors = 0
 
-    def finished(_study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    def objective(trial: optuna.Trial) -> float:
+        task = prepare(handle, trial, recorder)
+        reporter.trial_started(task.number, finished_count(handle.study) + 1, total, task.label)
+        try:
+            outcome = execute(task, on_phase=reporter.phase,
+                              on_started=lambda server: recorder.engine_started(trial, server))
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            raise
+        except HarnessError as exc:
+            trial.set_user_attr("harness_error", str(exc))
+            raise
+        return recorder.record(trial, outcome)
+
+    def finished(_study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal harness_errors
         reporter.trial_finished(trial)
         harness_errors = harness_errors + 1 if trial.state == TrialState.FAIL else 0
         if harness_errors >= 3:
-            raise HarnessError(
-                f"three trials in a row failed in the tuner itself; last: "
-                f"{trial.user_attrs.get('harness_error', 'see the trial logs')}")
+            raise HarnessError("three trials in a row failed in the tuner itself; last: "
+                               f"{trial.user_attrs.get('harness_error', 'see the trial logs')}")
 
-    with _sigterm_as_interrupt():
-        while finished_count(handle.study) < total:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            handle.study.optimize(objective, n_trials=1, catch=(HarnessError,), callbacks=[finished])
-
-
-class HarnessError(RuntimeError):
-    """A failure of the tuner's own machinery (not of the config): recorded FAIL, study goes on."""
-
-
-class _Objective:
-    def __init__(self, handle: StudyHandle, reporter: Reporter, total: int):
-        self.handle = handle
-        self.reporter = reporter
-        self.total = total
-        self.env = environment()
-        self.model_rev = model_revision(handle.space.model.resolved_path())
-
-    def __call__(self, trial: optuna.Trial) -> float:
-        space = self.handle.space
-        engine, knobs = suggest(trial, space)
-        omit = frozenset(trial.user_attrs.get("omit", []))
-        arm = trial.user_attrs.get("arm", "search")
-        me = psutil.Process()
-        trial.set_user_attr("worker_host", platform.node())
-        trial.set_user_attr("worker_pid", me.pid)
-        trial.set_user_attr("worker_started", me.create_time())
-        trial.set_user_attr("engine", engine)
-        trial.set_user_attr("arm", arm)
-        label = f"{engine} " + " ".join(f"{k}={v}" for k, v in knobs.items() if k not in omit)
-        if omit:
-            label += " (engine defaults for " + ", ".join(sorted(omit)) + ")"
-        self.reporter.trial_started(trial.number, finished_count(self.handle.study) + 1,
-                                    self.total, label)
-
-        def started(server) -> None:
-            trial.set_user_attr("engine_pgid", server.pgid)
-            trial.set_user_attr("engine_started", psutil.Process(server.pgid).create_time())
-
-        tdir = trial_dir(self.handle.url, self.handle.name, trial.number)
-        try:
-            outcome = run_trial(space, engine, knobs, tdir, omit=omit, on_phase=self.reporter.phase,
-                                on_started=started)
-        except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)
-            raise
-        except InputError:
-            raise
-        except Exception as exc:
-            trial.set_user_attr("harness_error", f"{type(exc).__name__}: {exc}")
-            raise HarnessError(str(exc)) from exc
-        return self._record(trial, outcome)
-
-    def _record(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
-        plan = outcome.plan
-        secrets = secret_values(plan.argv, plan.env)
-        attrs = {
-            "argv": redact_argv(plan.argv),
-            "env_vars": redact_env(plan.env),
-            "command": redact_text(plan.command_line(), secrets),
-            "knobs": plan.knobs,
-            "environment": {**self.env, "engine_version": outcome.engine_version,
-                            "model_revision": self.model_rev},
-            "engine_version": outcome.engine_version,
-            "timings": {k: round(v, 2) for k, v in outcome.timings.items()},
-            "feasible": outcome.ok,
-            "client_saturated": outcome.client_saturated,
-        }
-        if outcome.metrics:
-            attrs["metrics"] = outcome.metrics
-            attrs.update({k: outcome.metrics[k] for k in HEADLINE_METRICS if k in outcome.metrics})
-        if outcome.failure:
-            f = outcome.failure
-            attrs.update({"failure_class": f.failure_class,
-                          "failure_reason": redact_text(f.reason, secrets),
-                          "failure_evidence": redact_text(f.evidence, secrets)})
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        self._upload(trial, outcome, secrets)
-        trial.set_constraint("engine_start", 0.0 if outcome.ok else 1.0)
-        if outcome.ok:
-            value = outcome.metrics.get(self.handle.space.objective.metric)
-            if value is None:
-                raise HarnessError(f"benchmark result has no metric "
-                                   f"{self.handle.space.objective.metric!r}")
-            return float(value)
-        return self._pessimistic_value()
-
-    def _pessimistic_value(self) -> float:
-        """A plausible worst value: samplers that model the objective should not be skewed."""
-        if self.handle.space.objective.direction == "maximize":
-            return 0.0
-        values = [t.value for t in self.handle.study.get_trials(deepcopy=False,
-                                                                states=(TrialState.COMPLETE,))
-                  if t.user_attrs.get("feasible")]
-        return 2.0 * max(values) if values else 1e6
-
-    def _upload(self, trial: optuna.Trial, outcome: TrialOutcome, secrets: list[str]) -> None:
-        store = artifact_store(self.handle.url, self.handle.name)
-        log = outcome.log_path
-        if log.exists():
-            if secrets:  # the stored copy never holds a credential
-                log.write_text(redact_text(log.read_text(errors="replace"), secrets))
-            upload_artifact(artifact_store=store, file_path=str(log), study_or_trial=trial,
-                            mimetype="text/plain", encoding="utf-8")
-        if outcome.result_path and outcome.result_path.exists():
-            upload_artifact(artifact_store=store, file_path=str(outcome.result_path),
-                            study_or_trial=trial, mimetype="application/json")
-        argv_file = log.parent / "launch.json"
-        argv_file.write_text(json.dumps({"argv": redact_argv(outcome.plan.argv),
-                                         "env": redact_env(outcome.plan.env),
-                                         "config_file": outcome.plan.config_file}, indent=2))
-        upload_artifact(artifact_store=store, file_path=str(argv_file), study_or_trial=trial,
-                        mimetype="application/json")
+    with single_writer(handle.url), _sigterm_as_interrupt():
+        while True:
+            if harness_errors == 0:
+                for note in recover(handle):
+                    reporter.note(note)
+            done = finished_count(handle.study)
+            running = len(handle.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+            if done >= total or (deadline is not None and time.monotonic() >= deadline):
+                return
+            if done + running >= total:
+                time.sleep(2)  # other workers are finishing the budget
+                continue
+            handle.study.optimize(objective, n_trials=1, catch=(HarnessError,),
+                                  callbacks=[finished])
 
 
-def trials_table(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:
+    """Suggest the config and stamp the trial with who runs it (for crash recovery)."""
+    engine, knobs = suggest(trial, handle.space)
+    omit = frozenset(trial.user_attrs.get("omit", []))
+    recorder.claim(trial, engine)
+    label = f"{engine} " + " ".join(f"{k}={v}" for k, v in knobs.items() if k not in omit)
+    if omit:
+        label += " (engine defaults for " + ", ".join(sorted(omit)) + ")"
+    return TrialTask(trial.number, engine, knobs, omit,
+                     trial_dir(handle.url, handle.name, trial.number), handle.space, label)
+
+
+def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> TrialOutcome:
+    """Run one trial where this function is called (the local process or a Ray worker)."""
+    try:
+        return run_trial(task.space, task.engine, task.knobs, task.trial_dir, omit=task.omit,
+                         on_phase=on_phase, on_started=on_started)
+    except (KeyboardInterrupt, InputError):
+        raise
+    except Exception as exc:
+        raise HarnessError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def trials_table(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)

@@ -24,6 +24,10 @@ from .translate import LaunchPlan, build_plan
 Phase = Callable[[str], None]
 
 
+class HarnessError(RuntimeError):
+    """A failure of the tuner's own machinery (not of the config): recorded FAIL and retried."""
+
+
 @dataclass
 class TrialOutcome:
     plan: LaunchPlan

@@ -1,0 +1,102 @@
+"""What one benchmark run does: the knobs of ``vllm bench serve`` that a tuning study uses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tuner.bench.datasets import BenchInputError
+
+ENDPOINTS = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
+                      "e2el_including_client_queue")
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    base_url: str
+    model: str
+    tokenizer: str
+    endpoint: str = "/v1/completions"
+    dataset_name: str = "random"
+    dataset_path: str | None = None
+    num_prompts: int = 1000
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    sharegpt_output_len: int | None = None
+    request_rate: float = float("inf")
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+    num_warmups: int = 0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    omit_fields: frozenset[str] = frozenset()
+    goodput: dict[str, float] | None = None
+    percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl")
+    metric_percentiles: tuple[float, ...] = (99.0,)
+    request_timeout_s: float = 6 * 3600
+
+    def __post_init__(self) -> None:
+        # Callers build configs from YAML and CLI lists; normalise so equality and hashing hold.
+        object.__setattr__(self, "omit_fields", frozenset(self.omit_fields))
+        object.__setattr__(self, "percentile_metrics", tuple(self.percentile_metrics))
+        object.__setattr__(self, "metric_percentiles", tuple(float(p) for p in self.metric_percentiles))
+        if self.goodput is not None:
+            object.__setattr__(self, "goodput", {k: float(v) for k, v in self.goodput.items()})
+
+    def __hash__(self) -> int:  # goodput is a dict; hash what identifies the run instead
+        return hash((self.base_url, self.model, self.endpoint, self.dataset_name, self.num_prompts,
+                     self.seed, self.request_rate, self.max_concurrency))
+
+    @property
+    def backend(self) -> str:
+        """vLLM's name for the request function this endpoint uses."""
+        return ENDPOINTS.get(self.endpoint.rstrip("/"), "openai")
+
+    @property
+    def is_chat(self) -> bool:
+        return self.endpoint.rstrip("/").endswith("chat/completions")
+
+    @property
+    def api_url(self) -> str:
+        return self.base_url.rstrip("/") + "/" + self.endpoint.lstrip("/")
+
+    def validate(self) -> None:
+        """Reject values vLLM would reject, before any request is sent (BenchInputError)."""
+        if not self.base_url.startswith(("http://", "https://")):
+            raise BenchInputError(f"base_url {self.base_url!r} must start with http:// or https://")
+        if not self.endpoint.rstrip("/").endswith("completions"):
+            raise BenchInputError(
+                f"endpoint {self.endpoint!r} is not supported; use /v1/completions or "
+                "/v1/chat/completions")
+        if not self.model:
+            raise BenchInputError("model (the served model name) is empty")
+        if self.num_prompts < 1:
+            raise BenchInputError(f"num_prompts must be at least 1, got {self.num_prompts}")
+        if not self.request_rate > 0 or math.isnan(self.request_rate):
+            raise BenchInputError(f"request_rate must be > 0 (inf sends all at once), got {self.request_rate}")
+        if not self.burstiness > 0:
+            raise BenchInputError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise BenchInputError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
+        if self.num_warmups < 0:
+            raise BenchInputError(f"num_warmups must be >= 0, got {self.num_warmups}")
+        if not self.request_timeout_s > 0:
+            raise BenchInputError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        for name in self.percentile_metrics:
+            if name not in PERCENTILE_METRICS:
+                raise BenchInputError(
+                    f"percentile metric {name!r} is unknown; choose from {', '.join(PERCENTILE_METRICS)}")
+        for p in self.metric_percentiles:
+            if not 0 < p <= 100:
+                raise BenchInputError(f"metric percentile {p} is outside (0, 100]")
+        for name, value in (self.goodput or {}).items():
+            if name not in GOODPUT_METRICS:
+                raise BenchInputError(
+                    f"goodput metric {name!r} is unknown; choose from {', '.join(GOODPUT_METRICS)}")
+            if value < 0:
+                raise BenchInputError(f"goodput {name} must be >= 0 ms, got {value}")

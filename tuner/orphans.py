@@ -1,0 +1,89 @@
+"""A registry of the engine process groups this machine's tuner processes launched.
+
+Engines run in their own sessions so Ctrl-C reaches only the tuner, which then stops them. When the
+tuner is killed outright (SIGKILL, a lost Ray driver) nobody stops them; the registry lets the next
+run find exactly those groups — never anyone else's — and reap them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from .paths import cache_dir
+
+
+@dataclass(frozen=True)
+class Entry:
+    pgid: int
+    leader_started: float
+    owner_pid: int
+    owner_started: float
+    label: str
+
+    def owner_alive(self) -> bool:
+        return _same_process(self.owner_pid, self.owner_started)
+
+    def engine_alive(self) -> bool:
+        return _same_process(self.pgid, self.leader_started)
+
+
+def _same_process(pid: int, started: float) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 0.01
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _dir() -> Path:
+    d = cache_dir() / "running"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def register(pgid: int, label: str) -> Entry:
+    me = psutil.Process()
+    entry = Entry(pgid, psutil.Process(pgid).create_time(), me.pid, me.create_time(), label)
+    path = _dir() / f"{pgid}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(entry)))
+    tmp.replace(path)
+    return entry
+
+
+def unregister(pgid: int) -> None:
+    (_dir() / f"{pgid}.json").unlink(missing_ok=True)
+
+
+def orphans() -> list[Entry]:
+    """Engines whose launching process is gone but which still run."""
+    found = []
+    for path in _dir().glob("*.json"):
+        try:
+            entry = Entry(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        if entry.owner_alive():
+            continue
+        if entry.engine_alive():
+            found.append(entry)
+        else:
+            path.unlink(missing_ok=True)
+    return found
+
+
+def reap() -> list[Entry]:
+    """Kill every orphaned engine group; returns what was killed."""
+    from .launcher import kill_group
+    killed = []
+    for entry in orphans():
+        if entry.pgid != os.getpgid(0):
+            kill_group(entry.pgid, grace_s=5)
+            killed.append(entry)
+        unregister(entry.pgid)
+    return killed
