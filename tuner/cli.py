@@ -239,6 +239,37 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
     return True
 
 
+@app.command("export")
+def export_cmd(
+    study: str = typer.Argument(..., help="Study name."),
+    file: Path = typer.Argument(..., help="Archive to write (.tar.gz)."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
+) -> None:
+    """Write a study with its trials, attrs, artifacts and logs to one archive."""
+    from .transfer import export_study
+    try:
+        out = export_study(study, storage or default_url(study), file)
+    except InputError as exc:
+        _fail(str(exc))
+    console.print(f"exported {study} to {out}", highlight=False)
+
+
+@app.command("import")
+def import_cmd(
+    file: Path = typer.Argument(..., help="Archive written by `tune export`."),
+    name: Optional[str] = typer.Option(None, help="Import under another study name."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
+) -> None:
+    """Import an exported study; continue it with `tune resume`."""
+    from .transfer import import_study
+    try:
+        target, url = import_study(file, lambda n: storage or default_url(n), name=name)
+    except InputError as exc:
+        _fail(str(exc))
+    console.print(f"imported study [bold]{target}[/] into {url}; continue with: tune resume {target}",
+                  highlight=False)
+
+
 @model_app.command("tiny")
 def model_tiny(
     path: Path = typer.Argument(..., help="Folder to create."),
