@@ -9,7 +9,7 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; then
   echo "Installing the tuner into .venv..."
   "$PY" -m venv .venv
-  .venv/bin/pip install -q -e '.[test,dashboard]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q -e '.[test,dashboard,postgres]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/tune --help >/dev/null
   touch .venv/.tuner-installed
 fi

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import enum
 import sys
 from pathlib import Path
 from typing import Optional
@@ -69,14 +69,28 @@ class _ProgressReporter:
         self.progress.update(self.task, completed=study_mod.finished_count(self.handle.study))
 
 
-def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int]) -> None:
+class Backend(str, enum.Enum):
+    local = "local"
+    ray = "ray"
+
+
+BACKEND_HELP = "local (one trial at a time, here) or ray (one trial per free GPU slot of a Ray cluster)."
+
+
+def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int], backend: Backend = Backend.local,
+                       address: Optional[str] = None, max_concurrent: Optional[int] = None) -> None:
     total = n_trials or handle.study.user_attrs.get("n_trials") or handle.space.budget.n_trials
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
         reporter = _ProgressReporter(progress, handle, total)
         try:
-            study_mod.run(handle, n_trials=n_trials, reporter=reporter)
+            if backend == Backend.ray:
+                from . import ray_backend
+                ray_backend.run(handle, address=address, max_concurrent=max_concurrent,
+                                n_trials=n_trials, reporter=reporter)
+            else:
+                study_mod.run(handle, n_trials=n_trials, reporter=reporter)
         except KeyboardInterrupt:
             progress.stop()
             err.print(f"[yellow]interrupted.[/] Engine stopped; completed trials are saved. "
@@ -107,6 +121,9 @@ def start(
                                         "An existing study of the same space is joined as one more worker."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="Trials to finish (default: the space's budget)."),
+    backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one; 'auto' to attach)."),
+    max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
 ) -> None:
     """Start a new study on SPACE and run it."""
     try:
@@ -117,7 +134,7 @@ def start(
     except InputError as exc:
         _fail(str(exc))
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
-    _run_with_progress(handle, n_trials)
+    _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)
 
 
@@ -128,6 +145,9 @@ def resume(
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="New total of finished trials."),
     new_hardware: bool = typer.Option(False, "--new-hardware", help="On different hardware: start a linked "
                                       "study warm-started from this one's best configs instead of refusing."),
+    backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one; 'auto' to attach)."),
+    max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
 ) -> None:
     """Continue a study: clean up after a crash, retry interrupted trials, finish the budget."""
     try:
@@ -146,7 +166,7 @@ def resume(
         _fail(str(exc))
     if n_trials:
         handle.study.set_user_attr("n_trials", n_trials)
-    _run_with_progress(handle, n_trials)
+    _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)
 
 

@@ -350,7 +350,7 @@ def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> Tri
     try:
         return run_trial(task.space, task.engine, task.knobs, task.trial_dir, omit=task.omit,
                          on_phase=on_phase, on_started=on_started)
-    except (KeyboardInterrupt, InputError):
+    except (KeyboardInterrupt, InputError, HarnessError):
         raise
     except Exception as exc:
         raise HarnessError(f"{type(exc).__name__}: {exc}") from exc

@@ -103,14 +103,17 @@ def run_trial(
     try:
         server = start(plan, spec, log_path, on_started=on_started)
     except EngineStartFailed as exc:
-        outcome.failure = exc.failure
-        return outcome
+        raise HarnessError(f"port {plan.port} was taken before launch") from exc
     try:
         on_phase("waiting for ready")
         timeout = choice.startup_timeout_s or spec.readiness.startup_timeout_s
         try:
             outcome.timings["ready_s"] = wait_ready(server, timeout)
         except EngineStartFailed as exc:
+            if exc.failure.failure_class == "port-in-use":
+                # Another process took the port between our check and the bind: not the config's
+                # fault, so the trial is failed and retried instead of teaching the sampler.
+                raise HarnessError(f"port {plan.port} was taken: {exc.failure.evidence}") from exc
             outcome.failure = exc.failure
             return outcome
         outcome.engine_version = engine_version(spec.version_pattern, server.log_text())

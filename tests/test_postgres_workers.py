@@ -1,0 +1,43 @@
+"""Four independent `tune start` workers share one study on a real PostgreSQL server, each launching
+real vLLM CPU servers: no trial duplicated or lost, each baseline run once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import optuna
+import pytest
+
+from . import postgres
+from .test_study_vllm import small_space
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(not postgres.available(), reason="PostgreSQL binaries not found")]
+TUNE = os.path.join(os.path.dirname(sys.executable), "tune")
+
+
+def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_path):
+    space = small_space(tmp_path, num_prompts=8, n_trials=6, name="shared")
+    with postgres.cluster(tmp_path / "pg") as url:
+        workers = [subprocess.Popen([TUNE, "start", "--space", str(space), "--study", "shared",
+                                     "--storage", url], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True) for _ in range(4)]
+        outputs = [w.communicate(timeout=1200)[0] for w in workers]
+        assert [w.returncode for w in workers] == [0] * 4, "\n\n".join(outputs)
+        study = optuna.load_study(study_name="shared", storage=url)
+        trials = study.get_trials()
+
+    finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                 optuna.trial.TrialState.PRUNED)]
+    # Workers check the budget before asking for a trial, so at most workers-1 extra can start.
+    assert 6 <= len(finished) <= 9, [(t.number, t.state) for t in trials]
+    assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING,
+                                                 optuna.trial.TrialState.WAITING)]
+    arms = Counter(t.user_attrs.get("arm") for t in finished)
+    assert arms["vllm-defaults"] == 1 and arms["probe-invalid"] == 1
+    # every worker took part, and no trial number was run twice
+    assert len({t.user_attrs["worker_pid"] for t in finished}) >= 2
+    assert len({t.number for t in trials}) == len(trials)
