@@ -9,8 +9,10 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; then
   echo "Installing the tuner into .venv..."
   "$PY" -m venv .venv
-  .venv/bin/pip install -q -e '.[test,dashboard,postgres]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/tune --help >/dev/null
+  .venv/bin/pip install -q -e '.[test,dashboard,postgres,ray]' 2>&1 | grep -v "^WARNING: Location" || true
+  # Ray ships a console script named `tune` too; reinstalling ours last makes `tune` this tool.
+  .venv/bin/pip install -q --no-deps --force-reinstall -e . 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/tune --help | grep -q "Find the fastest way" || { echo "tune console script is not tuner's" >&2; exit 1; }
   touch .venv/.tuner-installed
 fi
 scripts/setup_engines.sh "$@"

@@ -82,12 +82,16 @@ def test_study_records_results_refusals_and_best(tmp_path, studies, vllm_bin, ti
     assert best.returncode == 0 and "--served-model-name tiny-qwen3" in best.stdout
 
 
-def _wait_for(predicate, timeout: float, what: str):
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = predicate()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            out, errs = proc.communicate()
+            raise AssertionError(f"tune exited ({proc.returncode}) while waiting for {what}:\n"
+                                 f"{out}\n{errs}")
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -115,7 +119,8 @@ def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin
                             stderr=subprocess.PIPE, text=True)
     db = studies / "sigint.db"
     try:
-        pgid = _wait_for(lambda: _running_engine(db), 300, "the first trial's engine to launch")
+        pgid = _wait_for(lambda: _running_engine(db), 300, "the first trial's engine to launch",
+                         proc)
         log = next((studies / "sigint-files" / "trials").glob("trial-0000/server.log"))
         _wait_for(lambda: "Starting vLLM server on" in log.read_text(errors="replace"), 300,
                   "the engine to become ready")
@@ -152,7 +157,7 @@ def test_sigkill_of_the_tuner_leaves_no_orphan_after_resume(tmp_path, studies, v
                             stderr=subprocess.PIPE, text=True)
     db = studies / "killed.db"
     try:
-        pgid = _wait_for(lambda: _running_engine(db, "killed"), 300, "the engine to launch")
+        pgid = _wait_for(lambda: _running_engine(db, "killed"), 300, "the engine to launch", proc)
         proc.kill()  # SIGKILL: no cleanup runs in the tuner
         proc.communicate(timeout=30)
     finally:
