@@ -57,12 +57,14 @@ class _ProgressReporter:
     def trial_finished(self, t) -> None:
         label = results.status_label(t)
         if label == "ok":
-            msg = f"[green]ok[/] {t.value:,.1f}"
+            msg = "[green]ok[/] " + " / ".join(f"{v:,.1f}" for v in t.values)
         elif label == "infeasible":
             msg = (f"[yellow]engine refused[/] {t.user_attrs.get('failure_class')}: "
                    f"{_short(t.user_attrs.get('failure_evidence') or t.user_attrs.get('failure_reason'))}")
-        elif label == "pruned":
-            msg = f"[yellow]pruned[/] {t.user_attrs.get('pruned_reason', '')}"
+        elif label == "slo-violated":
+            msg = f"[yellow]SLO violated[/] {t.user_attrs.get('slo_slack')}"
+        elif label in ("pruned", "screened-out"):
+            msg = f"[yellow]{label}[/] {t.user_attrs.get('pruned_reason', '')}"
         else:
             msg = f"[red]{label}[/] {t.user_attrs.get('harness_error', '')}"
         self.progress.console.print(f"  trial {t.number}: {msg}", highlight=False)
@@ -201,7 +203,8 @@ def status(
         table.add_column(col, no_wrap=True)
     for t in trials:
         ua = t.user_attrs
-        value = f"{t.value:,.1f}" if t.value is not None and results.is_feasible(t) else "-"
+        value = ("/".join(f"{v:,.1f}" for v in t.values)
+                 if t.values is not None and results.is_feasible(t) else "-")
         failure = ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error") or ""
         table.add_row(str(t.number), ua.get("arm", ""), results.status_label(t), value,
                       *(str(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
@@ -233,30 +236,72 @@ def best(
 
 
 def _print_best(handle: study_mod.StudyHandle) -> bool:
+    if handle.space.objective.multi:
+        return _print_pareto(handle)
     metric = handle.space.objective.metric
-    t = results.best_trial(handle.study)
-    if t is None:
+    best = results.best_config(handle.study)
+    if best is None:
         console.print("[yellow]no feasible trial yet[/]")
         return False
-    ua = t.user_attrs
-    console.print(f"\n[bold]best[/]: trial {t.number} ({ua.get('arm')}) {metric} = "
-                  f"[bold green]{t.value:,.2f}[/]", highlight=False)
-    console.print("config: " + ", ".join(f"{k}={v}" for k, v in t.params.items()), highlight=False)
+    ua = best.first.user_attrs
+    spread = f" (median of {best.n}, MAD {best.mad:,.2f})" if best.n > 1 else ""
+    console.print(f"\n[bold]best[/]: trial {best.first.number} ({best.arm}) {metric} = "
+                  f"[bold green]{best.median:,.2f}[/]{spread}", highlight=False)
+    console.print("config: " + ", ".join(f"{k}={v}" for k, v in best.params.items()), highlight=False)
     console.print("serve command:", highlight=False)
     console.print(f"  {ua.get('command')}", highlight=False, soft_wrap=True)
     console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
                   f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
                   highlight=False)
-    cmp = results.compare_to_baseline(handle.study, t, metric)
-    if cmp is None:
+    base = results.baseline_config(handle.study)
+    if base is None:
         console.print("no feasible baseline to compare with")
-    elif ua.get("arm") == cmp.baseline_arm:
-        console.print(f"the baseline {cmp.baseline_arm} is the best config measured: "
+    elif base.first.number == best.first.number:
+        console.print(f"the baseline {base.arm} is the best config measured: "
                       "no searched config beat it", highlight=False)
     else:
-        console.print(f"vs baseline {cmp.baseline_arm}: {cmp.baseline:,.2f} -> {cmp.best:,.2f} "
-                      f"({cmp.change_pct:+.1f}%)", highlight=False)
+        g = results.gain(best, base)
+        console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
+                      f"{g.describe()}", highlight=False)
     return True
+
+
+def _print_pareto(handle: study_mod.StudyHandle) -> bool:
+    targets = handle.space.objective.targets()
+    front = results.pareto_front(handle.study)
+    if not front:
+        console.print("[yellow]no feasible trial yet[/]")
+        return False
+    table = Table(title="Pareto front (feasible trials)", title_justify="left")
+    for col in ("#", "arm", *(f"{t.metric} ({t.direction[:3]})" for t in targets), "config"):
+        table.add_column(col)
+    for t in front:
+        table.add_row(str(t.number), t.user_attrs.get("arm", ""), *(f"{v:,.2f}" for v in t.values),
+                      " ".join(f"{k}={v}" for k, v in t.params.items()))
+    console.print(table)
+    for t in front:
+        console.print(f"trial {t.number}: {t.user_attrs.get('command')}", highlight=False,
+                      soft_wrap=True)
+    return True
+
+
+@app.command()
+def confirm(
+    study: str = typer.Argument(..., help="Study name."),
+    top_k: int = typer.Option(3, min=1, help="How many of the best searched configs to repeat."),
+    repeats: int = typer.Option(2, min=1, help="Extra launches of each (and of each baseline)."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
+) -> None:
+    """Re-launch the top configs and the baselines to measure noise; `tune best` then reports
+    medians and a confidence interval."""
+    try:
+        handle = study_mod.load(study, storage or default_url(study))
+        added = study_mod.enqueue_repeats(handle, top_k=top_k, repeats=repeats)
+    except InputError as exc:
+        _fail(str(exc))
+    console.print(f"queued {added} repeat launches", highlight=False)
+    _run_with_progress(handle, study_mod.finished_count(handle.study) + added)
+    _print_best(handle)
 
 
 @app.command("export")

@@ -120,7 +120,10 @@ def _finish(ray, handle, recorder, trial: optuna.Trial, task: TrialTask, ref) ->
         trial.set_user_attr("harness_error", str(exc))
         handle.study.tell(trial, state=TrialState.FAIL)
         return
-    handle.study.tell(trial, value)
+    if value is None:  # stopped after the screening run
+        handle.study.tell(trial, state=TrialState.PRUNED)
+    else:
+        handle.study.tell(trial, value)
 
 
 def _reap_cancelled(ray, refs: list, timeout_s: float = 15) -> None:

@@ -6,6 +6,7 @@ Secrets never reach the storage: argv, env, free text and the stored server log 
 from __future__ import annotations
 
 import json
+import math
 import platform
 
 import optuna
@@ -18,6 +19,18 @@ from .redact import redact_argv, redact_env, redact_text, secret_values
 from .space import Space
 from .storage import artifact_store
 from .trial_runner import HarnessError, TrialOutcome
+
+SCREEN = "screen"
+
+
+def metric_value(metrics: dict, name: str) -> float | None:
+    """A benchmark metric, or ``failed_pct``: the share of requests that failed."""
+    if name == "failed_pct":
+        total = metrics.get("completed", 0) + metrics.get("failed", 0)
+        return 100.0 * metrics.get("failed", 0) / total if total else 100.0
+    value = metrics.get(name)
+    return None if value is None else float(value)
+
 
 # Attributes kept flat on each trial so the dashboard shows them as (sortable) columns.
 HEADLINE_METRICS = (
@@ -49,7 +62,9 @@ class TrialRecorder:
         trial.set_user_attr("engine_pgid", server.pgid)
         trial.set_user_attr("engine_url", server.base_url)
 
-    def record(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
+    def record(self, trial: optuna.Trial, outcome: TrialOutcome) -> float | list[float] | None:
+        """Store everything and return the objective value(s); None when screening stopped the
+        trial (the caller records it PRUNED)."""
         plan = outcome.plan
         secrets = secret_values(plan.argv, plan.env)
         attrs = {
@@ -72,23 +87,68 @@ class TrialRecorder:
             attrs.update({"failure_class": f.failure_class,
                           "failure_reason": redact_text(f.reason, secrets),
                           "failure_evidence": redact_text(f.evidence, secrets)})
+        workloads = {k: v for k, v in outcome.workload_metrics.items() if k != SCREEN}
+        if len(workloads) > 1:
+            attrs["workload_metrics"] = workloads
+        screen = outcome.workload_metrics.get(SCREEN)
+        if screen is not None:
+            attrs["screen_metrics"] = screen
+            attrs["fidelity"] = "screen" if outcome.screened_out else "full"
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         self._upload(trial, outcome, secrets)
         trial.set_constraint("engine_start", 0.0 if outcome.ok else 1.0)
-        if outcome.ok:
-            value = outcome.metrics.get(self.space.objective.metric)
-            if value is None:
-                raise HarnessError(f"benchmark result has no metric {self.space.objective.metric!r}")
-            return float(value)
-        return self.pessimistic_value()
+        objective = self.space.objective
+        if screen is not None and not objective.multi:
+            trial.report(float(screen.get(objective.metric, math.nan)), step=0)
+        if outcome.ok and outcome.screened_out:
+            return None
+        slack = self._slo_slack(workloads) if outcome.ok else None
+        for metric in objective.slos:
+            # Unknown (engine refused) counts as violated, so every trial has the same keys.
+            trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
+        if objective.slos:
+            trial.set_user_attr("slo_ok", bool(slack) and all(v <= 0 for v in slack.values()))
+            if slack:
+                trial.set_user_attr("slo_slack", slack)
+        if not outcome.ok:
+            values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
+        else:
+            values = [self._aggregate(workloads, t.metric, t.direction)
+                      for t in objective.targets()]
+        return values if objective.multi else values[0]
 
-    def pessimistic_value(self) -> float:
+    def _aggregate(self, workloads: dict[str, dict], metric: str, direction: str) -> float:
+        """One number over the workloads: their weighted mean, or the worst case."""
+        weights = {w.name: w.weight for w in self.space.all_workloads()}
+        values = {}
+        for name, metrics in workloads.items():
+            value = metric_value(metrics, metric)
+            if value is None:
+                raise HarnessError(f"benchmark result has no metric {metric!r}")
+            values[name] = value
+        if self.space.objective.aggregate == "worst":
+            return min(values.values()) if direction == "maximize" else max(values.values())
+        total = sum(weights.get(n, 1.0) for n in values)
+        return sum(v * weights.get(n, 1.0) for n, v in values.items()) / total
+
+    def _slo_slack(self, workloads: dict[str, dict]) -> dict[str, float]:
+        """Measured minus bound per SLO, on the worst workload; <= 0 means met."""
+        slack = {}
+        for metric, bound in self.space.objective.slos.items():
+            measured = [metric_value(m, metric) for m in workloads.values()]
+            if any(v is None for v in measured):
+                raise HarnessError(f"SLO on unknown metric {metric!r}")
+            slack[metric] = max(measured) - bound
+        return slack
+
+    def pessimistic_value(self, index: int = 0) -> float:
         """A plausible worst value: samplers that model the objective should not be skewed."""
-        if self.space.objective.direction == "maximize":
+        target = self.space.objective.targets()[index]
+        if target.direction == "maximize":
             return 0.0
-        values = [t.value for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                  if t.user_attrs.get("feasible")]
+        values = [t.values[index] for t in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get("feasible") and t.values]
         return 2.0 * max(values) if values else 1e6
 
     def _upload(self, trial: optuna.Trial, outcome: TrialOutcome, secrets: list[str]) -> None:

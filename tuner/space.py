@@ -97,6 +97,7 @@ class Model(_Strict):
 
 class Workload(_Strict):
     name: str = "default"
+    weight: float = Field(1.0, gt=0)  # share in a weighted multi-workload objective
     dataset: Literal["random", "sharegpt"] = "random"
     dataset_path: str | None = None
     num_prompts: int = Field(100, gt=0)
@@ -119,9 +120,37 @@ class Workload(_Strict):
         return self
 
 
+class Target(_Strict):
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
 class Objective(_Strict):
+    """What a trial scores. One metric, or several (``metrics``: a Pareto front), each optionally
+    held to SLOs (``slos``: metric → upper bound; ``failed_pct`` is the share of failed requests),
+    over one workload or the weighted mean / worst case of several."""
+
     metric: str = "total_token_throughput"
     direction: Literal["maximize", "minimize"] = "maximize"
+    metrics: list[Target] = []
+    slos: dict[str, float] = {}
+    aggregate: Literal["weighted", "worst"] = "weighted"
+
+    def targets(self) -> list[Target]:
+        return list(self.metrics) or [Target(metric=self.metric, direction=self.direction)]
+
+    @property
+    def multi(self) -> bool:
+        return len(self.targets()) > 1
+
+
+class Fidelity(_Strict):
+    """Multi-fidelity: a short screening run first; only configs within ``margin`` of the best
+    screen get the full benchmark."""
+
+    screen_prompts: int = Field(gt=0)
+    margin: float = Field(0.1, ge=0, lt=1)
+    n_startup: int = Field(2, ge=0)
 
 
 class Budget(_Strict):
@@ -143,11 +172,17 @@ class Space(_Strict):
     model: Model
     engines: dict[str, EngineChoice] = Field(min_length=1)
     workload: Workload = Workload()
+    # Several workloads: each trial benchmarks all of them on one launched server.
+    workloads: list[Workload] = []
     objective: Objective = Objective()
     budget: Budget = Budget()
     baselines: list[Baseline] = []
-    sampler: Literal["tpe", "random"] = "tpe"
+    sampler: Literal["tpe", "random", "gp", "grid", "greedy"] = "tpe"
+    fidelity: Fidelity | None = None
     seed: int | None = None
+
+    def all_workloads(self) -> list[Workload]:
+        return list(self.workloads) or [self.workload]
 
     @model_validator(mode="after")
     def _check(self) -> "Space":
@@ -172,6 +207,12 @@ class Space(_Strict):
                 raise ValueError(f"baseline {b.name!r} uses engine {b.engine!r}, not in engines")
         if len({b.name for b in self.baselines}) != len(self.baselines):
             raise ValueError("baseline names must be unique")
+        if len({w.name for w in self.all_workloads()}) != len(self.all_workloads()):
+            raise ValueError("workload names must be unique")
+        if self.fidelity and (self.objective.multi or len(self.all_workloads()) > 1):
+            raise ValueError("fidelity screening needs one objective and one workload")
+        if self.sampler == "greedy" and self.objective.multi:
+            raise ValueError("sampler greedy needs a single objective")
         return self
 
 
@@ -202,8 +243,14 @@ def space_from_dict(data: dict[str, Any], source: str = "stored space") -> Space
 ENGINE_PARAM = "engine"
 
 
-def suggest(trial: optuna.Trial, space: Space) -> tuple[str, dict[str, Scalar]]:
-    """Define-by-run suggestion: the engine first, then its params in file order (conditions apply)."""
+def suggest(trial: optuna.Trial, space: Space,
+            omit: frozenset[str] = frozenset()) -> tuple[str, dict[str, Scalar]]:
+    """Define-by-run suggestion: the engine first, then its params in file order (conditions apply).
+
+    Knobs in ``omit`` are left to the engine (a defaults baseline): one with a documented
+    ``default`` is recorded at that value, one without is not suggested at all, so the trial never
+    claims a value that did not run.
+    """
     engines = list(space.engines)
     engine = trial.suggest_categorical(ENGINE_PARAM, engines) if len(engines) > 1 else engines[0]
     choice = space.engines[engine]
@@ -211,9 +258,22 @@ def suggest(trial: optuna.Trial, space: Space) -> tuple[str, dict[str, Scalar]]:
     for pname, p in choice.params.items():
         if any(values.get(k) != v for k, v in p.when.items()):
             continue
+        if pname in omit and p.default is None:
+            continue
         values[pname] = _suggest_one(trial, pname, p)
     values.update(choice.fixed)
     return engine, values
+
+
+def grid_values(p: Param) -> list[Scalar] | None:
+    """Every value of a param, when there is a finite set (for the grid sampler)."""
+    if p.type == "bool":
+        return [True, False]
+    if p.type == "categorical":
+        return list(p.choices)
+    if p.type == "int" and p.step:
+        return list(range(int(p.low), int(p.high) + 1, int(p.step)))
+    return None
 
 
 def _suggest_one(trial: optuna.Trial, name: str, p: Param) -> Scalar:
@@ -230,7 +290,8 @@ def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar]
     """Params to enqueue for a baseline, and the knobs to leave to the engine's own defaults.
 
     A knob the baseline does not set is launched without its flag; the enqueued value is the
-    engine's documented default (``default:`` in the space) so the sampler learns what was run.
+    engine's documented default (``default:`` in the space) so the sampler learns what was run, and
+    a knob without a documented default is not recorded at all.
     """
     choice = space.engines[baseline.engine]
     params: dict[str, Scalar] = {}

@@ -12,7 +12,8 @@ import fcntl
 import platform
 import signal
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -20,13 +21,14 @@ import optuna
 import psutil
 from optuna.trial import FrozenTrial, TrialState
 
-from . import orphans
+from . import orphans, results
 from .engine_spec import load_engine
 from .fingerprint import environment
 from .launcher import check_command
 from .paths import expand
-from .recording import TrialRecorder
-from .space import Space, baseline_params, space_from_dict, suggest
+from .recording import SCREEN, TrialRecorder
+from .search import GreedySampler, make_sampler, screen_threshold
+from .space import ENGINE_PARAM, Space, Workload, baseline_params, grid_values, space_from_dict, suggest
 from .storage import open_storage, sqlite_path, study_names, trial_dir
 from .trial_runner import HarnessError, TrialOutcome, run_trial
 from .yaml_io import InputError
@@ -76,13 +78,50 @@ class TrialTask:
     trial_dir: Path
     space: Space
     label: str = ""
-    env: dict = field(default_factory=dict)
+    workloads: tuple[Workload, ...] = ()
+    # Multi-fidelity: the first workload is a screen; the trial goes on only if the objective
+    # metric on it passes this threshold (computed by the driver, applied by the worker).
+    screen_threshold: float | None = None
+
+    def gate(self, metrics: dict) -> bool:
+        if self.screen_threshold is None:
+            return True
+        objective = self.space.objective
+        value = metrics.get(objective.metric)
+        if value is None:
+            return True
+        if objective.direction == "maximize":
+            return value >= self.screen_threshold
+        return value <= self.screen_threshold
 
 
 def _sampler(space: Space) -> optuna.samplers.BaseSampler:
-    if space.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=space.seed)
-    return optuna.samplers.TPESampler(seed=space.seed)
+    engines = list(space.engines)
+    defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
+    grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
+    for choice in space.engines.values():
+        for pname, p in choice.params.items():
+            if p.default is not None:
+                defaults.setdefault(pname, p.default)
+            values = grid_values(p)
+            if values is None or grid is None:
+                grid = None
+            else:
+                grid[pname] = sorted(set(grid.get(pname, [])) | set(values), key=repr)
+    return make_sampler(space.sampler, seed=space.seed, defaults=defaults, grid=grid,
+                        multi_objective=space.objective.multi)
+
+
+def _create_optuna_study(space: Space, storage, name: str) -> optuna.Study:
+    targets = space.objective.targets()
+    study = optuna.create_study(storage=storage, study_name=name,
+                                directions=[t.direction for t in targets], sampler=_sampler(space),
+                                pruner=optuna.pruners.NopPruner())
+    if len(targets) > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([t.metric for t in targets])
+    return study
 
 
 def fingerprint() -> dict:
@@ -112,8 +151,7 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
         return _join(space, name, url)
     storage = open_storage(url, create=True)
     try:
-        study = optuna.create_study(storage=storage, study_name=name,
-                                    direction=space.objective.direction, sampler=_sampler(space))
+        study = _create_optuna_study(space, storage, name)
     except optuna.exceptions.DuplicatedStudyError:
         if not join:
             raise InputError(f"study {name!r} was just created by another process") from None
@@ -151,7 +189,8 @@ def load(name: str, url: str) -> StudyHandle:
     if stored.user_attrs.get("space") is None:
         raise InputError(f"study {name!r} was not created by tune (no stored space)")
     space = space_from_dict(stored.user_attrs["space"], f"space stored in study {name!r}")
-    study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(space))
+    study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(space),
+                              pruner=optuna.pruners.NopPruner())
     return StudyHandle(study, space, url)
 
 
@@ -171,10 +210,14 @@ def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
         n += 1
         name = f"{base}-{n}"
     new = create(handle.space, name, handle.url, linked_from=handle.name)
-    feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get("feasible") and t.user_attrs.get("arm", "search") == "search"]
-    reverse = handle.space.objective.direction == "maximize"
-    for t in sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]:
+    if handle.space.objective.multi:
+        best = handle.study.best_trials[:top_k]
+    else:
+        feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                    if t.user_attrs.get("feasible") and t.user_attrs.get("arm", "search") == "search"]
+        reverse = handle.space.objective.direction == "maximize"
+        best = sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]
+    for t in best:
         new.study.enqueue_trial(t.params, user_attrs={"arm": "search", "warm_start_of":
                                                       f"{handle.name}#{t.number}"},
                                 skip_if_exists=True)
@@ -190,6 +233,27 @@ def enqueue_baselines(handle: StudyHandle) -> None:
         params, omitted = baseline_params(handle.space, b)
         handle.study.enqueue_trial(params, user_attrs={"arm": b.name, "engine": b.engine,
                                                        "omit": omitted})
+
+
+def enqueue_repeats(handle: StudyHandle, *, top_k: int, repeats: int) -> int:
+    """Queue ``repeats`` more launches of the top-k searched configs and of each baseline,
+    interleaved (A B A B ...) so slow drift of the machine does not favour one of them."""
+    if handle.space.objective.multi:
+        raise InputError("tune confirm needs a single objective")
+    groups = results.group_configs(handle.study)
+    maximize = handle.space.objective.direction == "maximize"
+    searched = sorted((g for g in groups if g.arm == "search"), key=lambda g: g.median,
+                      reverse=maximize)[:top_k]
+    picked = [g for g in groups if g.arm != "search"] + searched
+    if not picked:
+        raise InputError(f"study {handle.name!r} has no feasible trial to repeat")
+    for _ in range(repeats):
+        for g in picked:
+            attrs = {"arm": g.arm, "repeat_of": g.first.number}
+            attrs.update({k: g.first.user_attrs[k] for k in ("engine", "omit")
+                          if k in g.first.user_attrs})
+            handle.study.enqueue_trial(g.first.params, user_attrs=attrs)
+    return repeats * len(picked)
 
 
 def finished_count(study: optuna.Study) -> int:
@@ -307,7 +371,10 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         except HarnessError as exc:
             trial.set_user_attr("harness_error", str(exc))
             raise
-        return recorder.record(trial, outcome)
+        values = recorder.record(trial, outcome)
+        if values is None:
+            raise optuna.TrialPruned()
+        return values
 
     def finished(_study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal harness_errors
@@ -329,27 +396,42 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
             if done + running >= total:
                 time.sleep(2)  # other workers are finishing the budget
                 continue
+            if isinstance(handle.study.sampler, GreedySampler) and handle.study.sampler.done(handle.study):
+                reporter.note("the greedy procedure has measured every knob's ladder: done")
+                return
             handle.study.optimize(objective, n_trials=1, catch=(HarnessError,),
                                   callbacks=[finished])
 
 
 def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:
     """Suggest the config and stamp the trial with who runs it (for crash recovery)."""
-    engine, knobs = suggest(trial, handle.space)
+    space = handle.space
     omit = frozenset(trial.user_attrs.get("omit", []))
+    engine, knobs = suggest(trial, space, omit)
     recorder.claim(trial, engine)
     label = f"{engine} " + " ".join(f"{k}={v}" for k, v in knobs.items() if k not in omit)
     if omit:
         label += " (engine defaults for " + ", ".join(sorted(omit)) + ")"
+    workloads = space.all_workloads()
+    threshold = None
+    if space.fidelity:
+        f = space.fidelity
+        workloads = [workloads[0].model_copy(update={"name": SCREEN,
+                                                     "num_prompts": f.screen_prompts}),
+                     *workloads]
+        threshold = screen_threshold(handle.study, margin=f.margin, n_startup=f.n_startup)
     return TrialTask(trial.number, engine, knobs, omit,
-                     trial_dir(handle.url, handle.name, trial.number), handle.space, label)
+                     trial_dir(handle.url, handle.name, trial.number), space, label,
+                     tuple(workloads), threshold)
 
 
 def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> TrialOutcome:
     """Run one trial where this function is called (the local process or a Ray worker)."""
     try:
         return run_trial(task.space, task.engine, task.knobs, task.trial_dir, omit=task.omit,
-                         on_phase=on_phase, on_started=on_started)
+                         on_phase=on_phase, on_started=on_started,
+                         workloads=list(task.workloads) or None,
+                         gate=task.gate if task.screen_threshold is not None else None)
     except (KeyboardInterrupt, InputError, HarnessError):
         raise
     except Exception as exc:

@@ -39,6 +39,7 @@ class TrialOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     client_saturated: bool = False
     workload_metrics: dict[str, dict] = field(default_factory=dict)
+    screened_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -80,11 +81,13 @@ def run_trial(
     on_started: Callable[[Server], None] | None = None,
     port: int | None = None,
     workloads: list[Workload] | None = None,
+    gate: Callable[[dict], bool] | None = None,
 ) -> TrialOutcome:
     """Launch, benchmark each workload in turn on the same server (the space's by default), stop.
 
     ``outcome.metrics`` holds the first workload's metrics; all of them are in
-    ``outcome.workload_metrics`` by workload name.
+    ``outcome.workload_metrics`` by workload name. ``gate`` sees the first workload's metrics and
+    may stop the trial there (multi-fidelity screening): ``outcome.screened_out`` is then set.
     """
     spec = load_engine(engine)
     choice = space.engines[engine]
@@ -119,7 +122,7 @@ def run_trial(
         outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
         t_bench = time.monotonic()
         for i, workload in enumerate(workloads or [space.workload]):
-            on_phase("benchmarking" + (f" {workload.name}" if workloads else ""))
+            on_phase("benchmarking" + (f" {workload.name}" if workloads and len(workloads) > 1 else ""))
             result = run_benchmark(bench_config(space, workload, plan, server.base_url))
             path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
             _write_json(path, result.to_json())
@@ -128,6 +131,9 @@ def run_trial(
             if i == 0:
                 outcome.metrics, outcome.result_path = dict(result.metrics), path
             if not server.alive() or not result.metrics.get("completed"):
+                break
+            if i == 0 and gate is not None and not gate(result.metrics):
+                outcome.screened_out = True
                 break
         outcome.timings["bench_s"] = time.monotonic() - t_bench
         if not server.alive():

@@ -1,0 +1,165 @@
+"""Search strategies: Optuna samplers by name, the greedy one-knob-at-a-time procedure that manual
+tuning follows (as a control to beat), and the multi-fidelity margin pruner.
+
+Every strategy is an Optuna sampler, so the live study and the replay benchmark
+(benchmarks/replay.py) run the very same code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
+                                  IntDistribution)
+from optuna.trial import FrozenTrial, TrialState
+
+from .yaml_io import InputError
+
+SAMPLERS = ("tpe", "random", "gp", "grid", "greedy")
+
+
+def make_sampler(name: str, *, seed: int | None, defaults: dict[str, Any] | None = None,
+                 grid: dict[str, list] | None = None, multi_objective: bool = False,
+                 ) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        # Optuna 5 defaults: multivariate + constant liar for one objective.
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        try:
+            import torch  # noqa: F401  GPSampler needs it (Optuna 5)
+        except ImportError:
+            raise InputError("sampler 'gp' needs PyTorch (pip install torch); "
+                             "use 'tpe' or install it") from None
+        return optuna.samplers.GPSampler(seed=seed)
+    if name == "grid":
+        if not grid:
+            raise InputError("sampler 'grid' needs every param to have a finite grid "
+                             "(categorical/bool params, or int params with step)")
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    if name == "greedy":
+        if multi_objective:
+            raise InputError("sampler 'greedy' needs a single objective")
+        return GreedySampler(defaults or {}, seed=seed)
+    raise InputError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def ladder(dist: BaseDistribution, points: int = 4) -> list:
+    """The values a one-knob-at-a-time tuner tries for a knob: every choice, or a geometric (log)
+    or even spread over a numeric range, ends included."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    low, high = dist.low, dist.high
+    if isinstance(dist, IntDistribution):
+        if dist.log:
+            raw = [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+        else:
+            raw = [low + (high - low) * i / (points - 1) for i in range(points)]
+        step = dist.step or 1
+        return sorted({int(low + round((v - low) / step) * step) for v in raw})
+    if dist.log:
+        return [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+    return [low + (high - low) * i / (points - 1) for i in range(points)]
+
+
+class GreedySampler(optuna.samplers.BaseSampler):
+    """The manual procedure of the motivating study: defaults first, then one knob at a time
+    through its ladder, keeping the best value of each knob before moving on.
+
+    Stateless: the next config is derived from the finished trials, so it resumes and replays
+    deterministically. Params the procedure has not reached stay at their defaults. Once every
+    knob's ladder is done it keeps proposing the incumbent (callers stop at their budget).
+    """
+
+    def __init__(self, defaults: dict[str, Any], *, seed: int | None = None):
+        self.defaults = dict(defaults)
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._plans: dict[int, dict[str, Any]] = {}
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is None:
+            plan = self._plans[trial.number] = self._next(study, trial.number)
+        if param_name in plan and param_distribution._contains(
+                param_distribution.to_internal_repr(plan[param_name])):
+            return plan[param_name]
+        if param_name in self.defaults:
+            return self.defaults[param_name]
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def done(self, study: optuna.Study) -> bool:
+        """Every knob's ladder has been measured: the procedure would only repeat itself."""
+        tried = [t.params for t in study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))]
+        return bool(tried) and _seen(self._next(study, -1), tried)
+
+    def _next(self, study: optuna.Study, number: int) -> dict[str, Any]:
+        history = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.number != number]
+        running = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number != number]
+        distributions = _distributions(study)
+        tried = [t.params for t in history] + running
+        incumbent = dict(self.defaults)
+        if incumbent and not _seen(incumbent, tried):
+            return incumbent
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        for name, dist in distributions.items():
+            candidates = [{**incumbent, name: v} for v in ladder(dist)]
+            pending = [c for c in candidates if not _seen(c, tried)]
+            if pending:
+                return pending[0]
+            scored = [(t.value, t.params) for t in history if t.value is not None and _feasible(t)
+                      and any(_same(t.params, c) for c in candidates + [incumbent])]
+            if scored:
+                best = max(scored, key=lambda s: s[0]) if maximize else min(scored, key=lambda s: s[0])
+                incumbent = {**incumbent, **best[1]}
+        return incumbent
+
+
+def _distributions(study: optuna.Study) -> dict[str, BaseDistribution]:
+    """Params in first-seen order: the order in which the space suggests them."""
+    out: dict[str, BaseDistribution] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name, dist in t.distributions.items():
+            out.setdefault(name, dist)
+    return out
+
+
+def _feasible(t: FrozenTrial) -> bool:
+    return all(v <= 0 for v in t.constraints.values())
+
+
+def _same(params: dict, config: dict) -> bool:
+    return all(params.get(k) == v for k, v in config.items() if k in params)
+
+
+def _seen(config: dict, tried: Sequence[dict]) -> bool:
+    return any(_same(p, config) for p in tried)
+
+
+def screen_threshold(study: optuna.Study, *, margin: float, n_startup: int) -> float | None:
+    """Multi-fidelity: the screening value a new trial must reach to earn the full benchmark.
+
+    Configs within ``margin`` of the best screen so far go on (0.1 keeps anything within 10 %);
+    None while fewer than ``n_startup`` screens exist, so the first trials always run in full. The
+    threshold is computed before the trial starts, so a remote worker (Ray) can apply it alone.
+    """
+    screens = [t.intermediate_values[0] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if 0 in t.intermediate_values and not math.isnan(t.intermediate_values[0])]
+    if len(screens) < n_startup:
+        return None
+    if study.direction == optuna.study.StudyDirection.MAXIMIZE:
+        return max(screens) * (1 - margin)
+    return min(screens) * (1 + margin)
