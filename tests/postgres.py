@@ -22,24 +22,40 @@ def available() -> bool:
     return bool(_bin("initdb") and _bin("pg_ctl"))
 
 
+class Cluster:
+    """As root the server runs as the `postgres` user (initdb refuses root)."""
+
+    def __init__(self, base: Path):
+        base.mkdir(parents=True, exist_ok=True)
+        self.base, self.data, self.sock = base, base / "data", base / "sock"
+        self.sock.mkdir(exist_ok=True)
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(base, "postgres")
+            shutil.chown(self.sock, "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.port = free_port()
+        self.url = f"postgresql+psycopg2://tuner@127.0.0.1:{self.port}/postgres"
+        self._run(_bin("initdb"), "-D", str(self.data), "--auth=trust", "-U", "tuner", "--no-sync")
+
+    def _run(self, *cmd: str) -> None:
+        subprocess.run([*self.as_user, *cmd], check=True, capture_output=True, text=True)
+
+    def start(self) -> None:
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.base / "server.log"), "-w",
+                  "-o", f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+                  "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run([*self.as_user, _bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w",
+                        "stop"], capture_output=True)
+
+
 @contextlib.contextmanager
-def cluster(base: Path) -> Iterator[str]:
-    """Yields a SQLAlchemy URL; as root the server runs as the `postgres` user (initdb refuses root)."""
-    base.mkdir(parents=True, exist_ok=True)
-    data, sock = base / "data", base / "sock"
-    sock.mkdir(exist_ok=True)
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-        shutil.chown(sock, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    run = lambda *cmd: subprocess.run([*as_user, *cmd], check=True, capture_output=True, text=True)
-    run(_bin("initdb"), "-D", str(data), "--auth=trust", "-U", "tuner", "--no-sync")
-    run(_bin("pg_ctl"), "-D", str(data), "-l", str(base / "server.log"), "-w", "-o",
-        f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+def cluster(base: Path) -> Iterator[Cluster]:
+    c = Cluster(base)
+    c.start()
     try:
-        yield f"postgresql+psycopg2://tuner@127.0.0.1:{port}/postgres"
+        yield c
     finally:
-        subprocess.run([*as_user, _bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                       capture_output=True)
+        c.stop("immediate")

@@ -21,7 +21,8 @@ TUNE = os.path.join(os.path.dirname(sys.executable), "tune")
 
 def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_path):
     space = small_space(tmp_path, num_prompts=8, n_trials=6, name="shared")
-    with postgres.cluster(tmp_path / "pg") as url:
+    with postgres.cluster(tmp_path / "pg") as pg:
+        url = pg.url
         workers = [subprocess.Popen([TUNE, "start", "--space", str(space), "--study", "shared",
                                      "--storage", url], stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True) for _ in range(4)]
@@ -41,3 +42,32 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
     # every worker took part, and no trial number was run twice
     assert len({t.user_attrs["worker_pid"] for t in finished}) >= 2
     assert len({t.number for t in trials}) == len(trials)
+
+
+def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_model_path):
+    from tuner import orphans
+
+    from .test_study_vllm import _wait_for
+    space = small_space(tmp_path, num_prompts=400, n_trials=2, name="outage",
+                        baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
+    with postgres.cluster(tmp_path / "pg") as pg:
+        tune = subprocess.Popen([TUNE, "start", "--space", str(space), "--storage", pg.url],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = studies / "outage-files" / "trials" / "trial-0000" / "server.log"
+        _wait_for(lambda: log.exists() and "POST /v1/completions" in log.read_text(errors="replace"),
+                  300, "the benchmark", tune)
+        pg.stop()  # the database goes away while the benchmark runs
+        out, errs = tune.communicate(timeout=600)
+        assert tune.returncode == 1, out + errs
+        assert f"the study storage {pg.url} became unavailable" in errs
+        assert "tune resume outage" in errs
+        assert orphans.orphans() == []
+
+        pg.start()
+        resumed = subprocess.run([TUNE, "resume", "outage", "--storage", pg.url],
+                                 capture_output=True, text=True, timeout=900)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        study = optuna.load_study(study_name="outage", storage=pg.url)
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert len(complete) == 2
+        assert any(t.user_attrs.get("retry_of") == 0 for t in complete)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import optuna
+import sqlalchemy.exc
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -104,6 +105,13 @@ def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int], b
             _fail(str(exc), 1)
         except InputError as exc:
             _fail(str(exc))
+        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+            progress.stop()
+            cause = getattr(exc, "orig", None) or exc.__cause__ or exc
+            _fail(f"the study storage {handle.url} became unavailable ({type(cause).__name__}: "
+                  f"{str(cause).strip().splitlines()[0] if str(cause).strip() else cause!r}). The "
+                  f"engine was stopped and completed trials are saved; once the storage is back, "
+                  f"continue with: tune resume {handle.name} --storage {handle.url}", 1)
 
 
 def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
@@ -338,20 +346,21 @@ def import_cmd(
 @model_app.command("tiny")
 def model_tiny(
     path: Path = typer.Argument(..., help="Folder to create."),
-    hidden_size: int = typer.Option(256), layers: int = typer.Option(2),
-    heads: int = typer.Option(4), kv_heads: int = typer.Option(2), head_dim: int = typer.Option(64),
-    intermediate_size: int = typer.Option(512), max_position_embeddings: int = typer.Option(4096),
+    shape: str = typer.Option("tiny", help="Qwen3 shape: tiny, qwen3-0.6b, qwen3-8b, qwen3-14b."),
+    weights: bool = typer.Option(False, "--weights", help="Also save random weights (needs torch); "
+                                 "vLLM needs none (--load-format dummy), transformers serve does."),
+    device: str = typer.Option("cuda", help="Where to create the random weights."),
 ) -> None:
     """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
     from . import tiny_model
-    cfg = tiny_model.qwen3_config(hidden_size=hidden_size, num_hidden_layers=layers,
-                                  num_attention_heads=heads, num_key_value_heads=kv_heads,
-                                  head_dim=head_dim, intermediate_size=intermediate_size,
-                                  max_position_embeddings=max_position_embeddings)
+    if shape not in tiny_model.SHAPES:
+        _fail(f"unknown shape {shape!r}; choose one of {', '.join(tiny_model.SHAPES)}")
     try:
-        out = tiny_model.build(path, config=cfg)
+        out = tiny_model.build(path, config=tiny_model.qwen3_config(**tiny_model.SHAPES[shape]))
     except FileExistsError as exc:
         _fail(str(exc))
+    if weights:
+        tiny_model.save_random_weights(out, device=device)
     console.print(f"model written to {out}")
 
 

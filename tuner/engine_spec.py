@@ -50,18 +50,33 @@ class Knob(_Strict):
     when_false: list[str] | None = None
     config_key: str | None = None
     type: Literal["int", "float", "bool", "str"] = "int"
-    values: dict[str, str | int | float | bool | None] | None = None
+    # A mapping value may itself be a mapping, for config_key knobs whose engine value is a block
+    # (TensorRT-LLM's ``cuda_graph_config: {}`` turns CUDA graphs on at their defaults).
+    values: dict[str, str | int | float | bool | None | dict] | None = None
     # For quantization: a pre-quantized checkpoint variant of the model replaces the flag.
     prefer_checkpoint: bool = False
+    # No flag at all: only a checkpoint variant selects it (TensorRT-LLM reads quantization from the
+    # checkpoint); any other value is unsupported.
+    checkpoint_only: bool = False
     # What the flag means here and its default, for `tune plan` and docs/engines.md.
     meaning: str = ""
     default: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_only_defaults(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("checkpoint_only"):
+            data = {"prefer_checkpoint": True, "values": {}, **data}
+        return data
 
     @model_validator(mode="after")
     def _one_style(self) -> "Knob":
         styles = [self.flag is not None, self.when_true is not None or self.when_false is not None,
                   self.config_key is not None]
-        if sum(styles) != 1:
+        if self.checkpoint_only:
+            if any(styles) or not self.prefer_checkpoint or self.values:
+                raise ValueError("a checkpoint_only knob takes no flag, config_key or values")
+        elif sum(styles) != 1:
             raise ValueError("a knob needs exactly one of: flag, when_true/when_false, config_key")
         return self
 
@@ -75,6 +90,27 @@ class FailureSignature(_Strict):
     # Failures that depend only on (engine, quantization, hardware) teach the study to skip siblings.
     generalises_on: list[str] = []
     source: str = ""
+
+
+class Rule(_Strict):
+    """A known capability or version constraint, checked before launch (see ``rules.py``).
+
+    ``when`` is a condition in the small language of ``rules.py`` over ``knobs``, ``hw``,
+    ``engine``, ``workload`` and ``model``; the rule applies when it is certainly true. ``prune``
+    rules stop the trial without a launch; ``note`` rules only annotate it.
+    """
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    when: str = Field(min_length=1)
+    severity: Literal["prune", "note"] = "prune"
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _parses(self) -> "Rule":
+        from .rules import compile_condition  # rules imports this module
+        compile_condition(self.when, self.id)
+        return self
 
 
 class Readiness(_Strict):
@@ -115,6 +151,24 @@ class EngineSpec(_Strict):
     failures: list[FailureSignature] = []
     # Log lines that look like errors but are normal (e.g. vLLM's shutdown EngineDeadError).
     benign: list[str] = []
+    rules: list[Rule] = []
+    # Where the running server reports its version as JSON {version_key: "..."}, for engines that
+    # do not log it (SGLang).
+    version_path: str | None = None
+    version_key: str = "version"
+
+    @model_validator(mode="after")
+    def _check_references(self) -> "EngineSpec":
+        dims = {"engine", "device", *self.knobs}
+        for sig in self.failures:
+            unknown = [d for d in sig.generalises_on if d not in dims]
+            if unknown:
+                raise ValueError(f"failure {sig.failure_class!r}: generalises_on names "
+                                 f"{', '.join(unknown)}; allowed: engine, device or a knob")
+        ids = [r.id for r in self.rules]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"rule ids must be unique: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+        return self
 
 
 @cache

@@ -15,7 +15,6 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import psutil
@@ -137,14 +136,8 @@ class Server:
             time.sleep(0.2)
 
 
-def start(
-    plan: LaunchPlan,
-    spec: EngineSpec,
-    log_path: Path,
-    *,
-    on_started: Callable[[Server], None] | None = None,
-) -> Server:
-    """Launch the server; returns once it is about to be waited on (see ``wait_ready``)."""
+def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
+    """Launch the server; returns at once: ``wait_ready`` waits for it, ``Server.stop`` ends it."""
     if not port_is_free(plan.port, plan.host):
         raise EngineStartFailed(Failure("port-in-use", f"port {plan.port} is taken before launch",
                                         f"bind {plan.host}:{plan.port} failed"))
@@ -164,8 +157,6 @@ def start(
             raise EngineCommandNotFound(f"engine command {plan.argv[0]!r} not found") from None
     server = Server(plan, spec, proc, log_path)
     orphans.register(proc.pid, f"{plan.engine} on port {plan.port}")
-    if on_started:
-        on_started(server)
     return server
 
 

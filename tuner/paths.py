@@ -16,18 +16,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TUNER_CACHE", Path.home() / ".cache" / "tuner")).expanduser()
 
 
+def data_dir() -> Path:
+    """Datasets too large for the repo (ShareGPT): spaces name them as ``${TUNER_DATA}/...``."""
+    return Path(os.environ.get("TUNER_DATA", cache_dir() / "data")).expanduser()
+
+
 def studies_dir() -> Path:
     return Path(os.environ.get("TUNER_STUDIES_DIR", Path.cwd() / "studies")).expanduser()
 
 
 def expand(value: str) -> str:
-    """Expand ``~``, ``$VAR`` and ``${TUNER_CACHE}`` (defaulted) in a path-like string from a YAML file."""
+    """Expand ``~``, ``$VAR``, ``${TUNER_CACHE}`` and ``${TUNER_DATA}`` (both defaulted) in a path
+    from a YAML file."""
     env = dict(os.environ)
     env.setdefault("TUNER_CACHE", str(cache_dir()))
+    env.setdefault("TUNER_DATA", str(data_dir()))
     return os.path.expanduser(os.path.expandvars(_subst(value, env)))
 
 
 def _subst(value: str, env: dict[str, str]) -> str:
-    for key in ("TUNER_CACHE",):
+    for key in ("TUNER_CACHE", "TUNER_DATA"):
         value = value.replace("${" + key + "}", env[key]).replace("$" + key, env[key])
     return value

@@ -19,6 +19,14 @@ from .paths import studies_dir
 from .yaml_io import InputError
 
 
+def private_dir(path: Path) -> Path:
+    """Study files hold commands, logs and environment: readable by their owner only."""
+    for p in reversed([path, *path.parents]):
+        if not p.exists():
+            p.mkdir(mode=0o700)  # parents too: mkdir(parents=True) would leave them world-readable
+    return path
+
+
 def default_url(study_name: str) -> str:
     return f"sqlite:///{studies_dir() / (study_name + '.db')}"
 
@@ -60,7 +68,7 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
     if journal is not None:
         if not create and not journal.exists():
             raise InputError(f"no study journal at {journal}")
-        journal.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(journal.parent)
         return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
     parsed = _parse(url)
     engine_kwargs = {}
@@ -68,7 +76,9 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
     if db is not None:
         if not create and not db.exists():
             raise InputError(f"no study database at {db}")
-        db.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(db.parent)
+        if create and not db.exists():
+            db.touch(mode=0o600)
         # Readers such as the dashboard must not make the writer fail with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 30}}
     elif parsed.get_backend_name() == "sqlite":
@@ -104,7 +114,7 @@ def data_dir(url: str, study_name: str) -> Path:
 
 def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
     path = data_dir(url, study_name) / "artifacts"
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path)
     return FileSystemArtifactStore(str(path))
 
 

@@ -386,9 +386,8 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
 
     with single_writer(handle.url), _sigterm_as_interrupt():
         while True:
-            if harness_errors == 0:
-                for note in recover(handle):
-                    reporter.note(note)
+            for note in recover(handle):
+                reporter.note(note)
             done = finished_count(handle.study)
             running = len(handle.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
             if done >= total or (deadline is not None and time.monotonic() >= deadline):

@@ -41,7 +41,7 @@ GAUGES = {
     "requests_paused": ("sglang:num_retracted_reqs", "trtllm_num_paused_requests"),
 }
 COUNTERS = {
-    "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_reqs_total"),
+    "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
     "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
                       "trtllm_prompt_tokens_total"),
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
@@ -114,11 +114,17 @@ def _parse_labels(text: str, source: str, lineno: int) -> dict[str, str]:
     return labels
 
 
+ENGINE_PREFIXES = ("vllm:", "sglang:", "trtllm_")
+
+
 def totals(samples: list[Sample]) -> dict[str, float]:
-    """Each series name summed over its labels (engines label by model, engine index, tp rank)."""
+    """Each engine series summed over its labels (engines label by model, engine index, tp rank).
+
+    Buckets, ``_created`` timestamps and the server's generic process/HTTP series are dropped.
+    """
     out: dict[str, float] = {}
     for s in samples:
-        if not s.name.endswith("_bucket") and not s.name.endswith("_created"):
+        if s.name.startswith(ENGINE_PREFIXES) and not s.name.endswith(("_bucket", "_created")):
             out[s.name] = out.get(s.name, 0.0) + s.value
     return out
 
@@ -169,13 +175,34 @@ class _Nvml:
             self.why_not = f"NVML unavailable ({type(exc).__name__}: {exc})"
             return
         self.nvml = pynvml
-        count = pynvml.nvmlDeviceGetCount()
-        if count == 0:
+        try:
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(h)
+                self.devices.append((i, name.decode() if isinstance(name, bytes) else name, h))
+        except pynvml.NVMLError as exc:  # e.g. a GPU fallen off the bus: sample none
+            self.devices = []
+            self.why_not = f"NVML could not list GPUs ({exc})"
+        if not self.devices and self.why_not is None:
             self.why_not = "NVML found no GPU"
-        for i in range(count):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            self.devices.append((i, name.decode() if isinstance(name, bytes) else name, h))
+
+    def keep_engine_gpus(self, pids: set[int]) -> str:
+        """Keep the GPUs the engine's processes run on, so idle GPUs don't dilute the figures.
+
+        Keeps all when none matches: in some containers NVML reports host pids.
+        """
+        used = []
+        for dev in self.devices:
+            try:
+                procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(dev[2])
+            except self.nvml.NVMLError:
+                return "all"
+            if pids & {p.pid for p in procs}:
+                used.append(dev)
+        if not used:
+            return "all"
+        self.devices = used
+        return "engine"
 
     def energy_mj(self, handle: Any) -> float | None:
         try:
@@ -201,12 +228,13 @@ class _Nvml:
 
 
 class TelemetrySampler:
-    """Samples GPUs (or, without one, CPU figures) and the engine's metrics around a benchmark.
+    """Samples the GPUs, the engine's process group and its metrics around a benchmark.
 
     ``with TelemetrySampler(server.pgid, server.base_url + "/metrics") as t: run_benchmark(...)``,
-    then ``t.result()``. The engine's process group is sampled on every machine (its CPU time and
-    RSS show a CPU-bound scheduler on GPU machines too); machine CPU% is measured from
-    ``/proc/stat`` deltas so the benchmark client's own psutil readings are not disturbed.
+    then ``t.result()``. Without a GPU the result says so and the CPU figures are what there is;
+    they are sampled on GPU machines too, since a CPU-bound scheduler starves a fast GPU. Machine
+    CPU% comes from ``cpu_times()`` deltas, not ``psutil.cpu_percent()``, whose shared state the
+    benchmark client may use.
     """
 
     def __init__(self, engine_pgid: int, metrics_url: str | None, interval_s: float = 0.5,
@@ -229,6 +257,7 @@ class TelemetrySampler:
         self._energy_start: dict[int, float | None] = {}
         self._energy_end: dict[int, float | None] = {}
         self._samples = 0
+        self._gpu_selection: str | None = None
         self._t0 = self._t1 = 0.0
 
     # context manager -------------------------------------------------------------------------
@@ -236,6 +265,9 @@ class TelemetrySampler:
         self._nvml = _Nvml()
         self._client = httpx.Client(timeout=2.0)
         self._before = self._scrape() or {}
+        self._engine_group()  # primes per-process CPU readings
+        if self._nvml.devices:
+            self._gpu_selection = self._nvml.keep_engine_gpus(set(self._procs))
         for index, _, h in self._nvml.devices:
             self._energy_start[index] = self._nvml.energy_mj(h)
         self._cpu_prev = psutil.cpu_times()
@@ -298,10 +330,11 @@ class TelemetrySampler:
         members = {p.pid: p for p in group_members(self.pgid)}
         cpu, rss, primed_all = 0.0, 0, True
         for pid, proc in members.items():
-            known = self._procs.setdefault(pid, proc)
             try:
-                if known is proc:  # first sight: cpu_percent needs a previous reading
-                    proc.cpu_percent(None)
+                known = self._procs.get(pid)
+                if known is None:  # first sight: cpu_percent needs a previous reading
+                    self._procs[pid] = known = proc
+                    known.cpu_percent(None)
                     primed_all = False
                 else:
                     cpu += known.cpu_percent(None)
@@ -348,6 +381,7 @@ class TelemetrySampler:
             "interval_s": self.interval_s,
             "samples": self._samples,
             "gpus": gpus,
+            "gpu_selection": self._gpu_selection,
             "energy_j": sum(energies) if gpus and None not in energies else None,
             "cpu": {k: _stats(v) for k, v in self._series.items()},
         }
@@ -367,26 +401,26 @@ class TelemetrySampler:
 
 
 def derived(result: dict[str, Any], output_tokens: int) -> dict[str, float | None]:
-    """Figures worth an objective or a column: energy per output token, peak memory, mean load."""
+    """Figures worth an objective or a column: energy per output token, peak memory, mean load.
+
+    Peak GPU memory is the highest on any one GPU (the one that runs out first); power is summed
+    over the GPUs; utilisation is their mean.
+    """
     gpus = result.get("gpus") or []
+    cpu = result.get("cpu") or {}
     energy = result.get("energy_j")
-    cpu = result.get("cpu", {})
 
-    def peak(stats: list[dict | None]) -> float | None:
-        values = [s["max"] for s in stats if s and s.get("max") is not None]
-        return sum(values) if values else None
+    def per_gpu(key: str, stat: str) -> list[float]:
+        return [g[key][stat] for g in gpus if (g.get(key) or {}).get(stat) is not None]
 
-    def mean(stats: list[dict | None]) -> float | None:
-        values = [s["mean"] for s in stats if s and s.get("mean") is not None]
-        return statistics.fmean(values) if values else None
-
+    memory, util, power = per_gpu("memory_used_mib", "max"), per_gpu("utilization_pct", "mean"), \
+        per_gpu("power_w", "mean")
     return {
         "joules_per_output_token": energy / output_tokens if energy is not None and output_tokens
         else None,
-        "gpu_memory_peak_mib": peak([g.get("memory_used_mib") for g in gpus]),
-        "gpu_utilization_mean_pct": mean([g.get("utilization_pct") for g in gpus]),
-        "gpu_power_mean_w": peak([{"max": s["mean"]} if s and s.get("mean") is not None else None
-                                  for s in (g.get("power_w") for g in gpus)]),
+        "gpu_memory_peak_mib": max(memory) if memory else None,
+        "gpu_utilization_mean_pct": statistics.fmean(util) if util else None,
+        "gpu_power_mean_w": sum(power) if power else None,
         "engine_rss_peak_mib": (cpu.get("engine_rss_mib") or {}).get("max"),
         "engine_cpu_mean_pct": (cpu.get("engine_cpu_pct") or {}).get("mean"),
     }

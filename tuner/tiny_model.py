@@ -64,6 +64,38 @@ def qwen3_config(
     }
 
 
+# Published shapes of the Qwen3 family (config.json of each), with the local tokenizer's vocabulary.
+SHAPES = {
+    "tiny": {},
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       max_position_embeddings=40960),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     max_position_embeddings=40960),
+    "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40,
+                      num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                      max_position_embeddings=40960),
+}
+
+
+def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bfloat16") -> None:
+    """Random weights for a built model folder, so engines that cannot use ``--load-format dummy``
+    (transformers serve) load a model of the real size. Needs torch; building on the GPU takes
+    seconds even for 8B parameters."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(out_dir)
+    torch_dtype = getattr(torch, dtype)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch_dtype)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def _training_files() -> list[Path]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files, total = [], 0

@@ -104,10 +104,12 @@ def run_trial(
     t0 = time.monotonic()
     on_phase("launching")
     try:
-        server = start(plan, spec, log_path, on_started=on_started)
+        server = start(plan, spec, log_path)
     except EngineStartFailed as exc:
         raise HarnessError(f"port {plan.port} was taken before launch") from exc
     try:
+        if on_started:  # inside the try: if recording the launch fails, the engine still stops
+            on_started(server)
         on_phase("waiting for ready")
         timeout = choice.startup_timeout_s or spec.readiness.startup_timeout_s
         try:

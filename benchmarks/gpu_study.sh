@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A whole GPU study in one run on the lent H200 machine (no internet there): install the carried
+# wheels, build a random-weight Qwen3-8B-shape model on the GPU, run `tune start --space
+# h200-transformers` with NVML telemetry, then export the study and collect logs under $OUT.
+#
+# With 2 GPUs (nvidia-h200-x2) it runs one worker per GPU on a shared journal-file study, so two
+# trials run at once on real GPUs (Ray's wheel is larger than what can be carried to the machine).
+#
+# Usage there:  bash benchmarks/gpu_study.sh [n_trials]        (the repo is the working dir)
+# Prepare here: the wheels listed in docs/results/h200-transformers.md, downloaded into .whl/
+set -uo pipefail
+N_TRIALS="${1:-8}"
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH="/tmp/site:$PWD"
+export TUNER_CACHE=/tmp/tcache TUNER_STUDIES_DIR="$OUT/studies" PYTHONUNBUFFERED=1
+TUNE=(python3 -m tuner.cli)
+stamp "wheels installed"
+LOGS="$OUT/studies/logs"; mkdir -p "$LOGS"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+transformers serve --help > "$LOGS/transformers-serve-help.txt" 2>&1 || true
+python3 -c "import transformers, torch; print('transformers', transformers.__version__, 'torch', torch.__version__)"
+
+"${TUNE[@]}" model tiny "$TUNER_CACHE/models/qwen3-8b-random" --shape qwen3-8b --weights --device cuda || exit 1
+du -sh "$TUNER_CACHE/models/qwen3-8b-random"
+stamp "model built"
+
+python3 benchmarks/nvml_probe.py > "$OUT/nvml-probe.json" 2> "$LOGS/nvml-probe.err" || true
+stamp "NVML probe done"
+
+gpus=$(nvidia-smi --list-gpus | wc -l)
+if [ "$gpus" -ge 2 ]; then
+  storage="journal://$OUT/studies/h200-transformers.journal"
+  for i in $(seq 0 $((gpus - 1))); do
+    CUDA_VISIBLE_DEVICES=$i "${TUNE[@]}" start --space h200-transformers --study h200-transformers \
+      --storage "$storage" --n-trials "$N_TRIALS" > "$LOGS/worker-$i.log" 2>&1 &
+    sleep 2  # the first worker creates the study and enqueues the baselines
+  done
+  wait
+  tail -n 30 "$LOGS"/worker-*.log
+else
+  storage="sqlite:///$OUT/studies/h200-transformers.db"
+  "${TUNE[@]}" start --space h200-transformers --storage "$storage" --n-trials "$N_TRIALS"
+fi
+stamp "study finished"
+
+"${TUNE[@]}" status h200-transformers --storage "$storage" || true
+"${TUNE[@]}" best h200-transformers --storage "$storage" || true
+"${TUNE[@]}" export h200-transformers "$OUT/h200-transformers.tar.gz" --storage "$storage" || true
+# $OUT comes back with few files: everything else travels in one archive.
+tar -czf "$OUT/logs.tar.gz" -C "$OUT/studies" . 2>/dev/null || true
+rm -rf "$OUT/studies"
+stamp "done"

@@ -1,0 +1,111 @@
+"""The report's tables as Markdown, for docs and pull requests (no plots)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .data import ReportData
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """Numbers with thousands separators; booleans and text as they are; nothing as '-'."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, tuple):
+        return " / ".join(fmt(v, digits) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def _cell(value: Any) -> str:
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(_cell(h) for h in head) + " |",
+             "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(data: ReportData) -> str:
+    out = [f"# {data.study}: tuning report", "",
+           f"Objective {data.objective} ({', '.join(data.directions)}); trials: "
+           + ", ".join(f"{v} {k}" for k, v in data.counts.items()) + f"; generated {data.generated}.",
+           ""]
+    out += [f"> {n}" for n in data.notes] + ([""] if data.notes else [])
+
+    out += ["## What to run", ""]
+    if data.pareto:
+        out += [f"Pick from the Pareto front: trials {', '.join(map(str, data.pareto))} (their "
+                "configs are in the trials table below).", ""]
+    elif data.best is None:
+        out += ["No feasible trial yet.", ""]
+    else:
+        b = data.best
+        out += [f"Best feasible config: trial {b.number} ({b.arm}), {data.objective} = "
+                f"**{fmt(b.value)}**; " + ", ".join(f"{k}={v}" for k, v in b.params.items()), "",
+                "```bash", data.best_command or "(no command recorded)", "```", ""]
+
+    out += ["## Per workload: baseline vs best", ""]
+    if data.workload_rows:
+        out += [f"{data.comparison_source}. Change: ratio of geometric means with a 95% Welch "
+                "t-interval on the log scale.", "",
+                _table(["workload", "metric", f"baseline ({data.baseline_arm})", f"best (trial {data.contender})", "change",
+                        "n base/best", "failed requests"],
+                       [[r.workload, r.label, fmt(r.baseline), fmt(r.best), r.change.text(),
+                         f"{r.change.n_base}/{r.change.n_best}", r.failed_requests or ""]
+                        for r in data.workload_rows]), ""]
+    else:
+        out += ["No comparison: see the notes above.", ""]
+
+    out += ["## Parameter importances", ""]
+    if data.importances:
+        out += [_table(["parameter", "importance (PED-ANOVA, feasible trials)"],
+                       [[k, fmt(v, 3)] for k, v in data.importances.items()]), ""]
+    else:
+        out += [data.importance_note, ""]
+
+    out += ["## Failures by class", ""]
+    if data.failures:
+        out += [_table(["kind", "class", "trials", "rule", "log line"],
+                       [[f.kind, f.failure_class, ", ".join(map(str, f.trials)), f.reason,
+                         " / ".join(f"`{_clip(e)}`" for e in f.evidence)]
+                        for f in data.failures]), ""]
+    else:
+        out += ["No trial failed or was pruned.", ""]
+
+    if data.telemetry:
+        out += ["## Telemetry", "",
+                _table(["trial", "arm", "device", "J / output token", "peak memory MiB",
+                        "mean load %", "peak KV cache %", "peak waiting", "preemptions",
+                        "mean queue ms"],
+                       [[r.number, r.arm, r.device, fmt(r.energy_j_per_token, 3),
+                         fmt(r.peak_memory_mib), fmt(r.mean_load_pct), fmt(r.peak_kv_cache_pct),
+                         fmt(r.peak_waiting), fmt(r.preemptions, 0), fmt(r.mean_queue_ms)]
+                        for r in data.telemetry]), ""]
+
+    params = data.params
+    out += ["## All trials", "",
+            _table(["#", "arm", "status", data.objective, *params, "p99 TTFT ms", "mean TPOT ms",
+                    "failure"],
+                   [[t.number, t.arm, t.status, fmt(t.value), *(t.params.get(p, "") for p in params),
+                     fmt(t.p99_ttft_ms), fmt(t.mean_tpot_ms), t.failure] for t in data.trials]),
+            ""]
+
+    out += ["## Environment of the winner", ""]
+    if data.environment:
+        out += [_table(["key", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
+                                          for k, v in data.environment.items()]), ""]
+    else:
+        out += ["No environment recorded.", ""]
+    return "\n".join(out)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split()).replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
