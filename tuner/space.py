@@ -112,6 +112,9 @@ class Workload(_Strict):
     seed: int = 0
     num_warmups: int = Field(0, ge=0)
     endpoint: str | None = None  # default: the engine's
+    # Stop the benchmark after this long; requests still running count as failed. For configs
+    # that serve one request at a time, which would otherwise take hours.
+    max_duration_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> "Workload":
