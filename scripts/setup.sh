@@ -16,7 +16,11 @@ if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; the
   touch .venv/.tuner-installed
 fi
 scripts/setup_engines.sh "$@"
-if [ ! -f "$CACHE/models/tiny-qwen3/tokenizer.json" ]; then
-  echo "Building the tiny Qwen3 model (config + locally trained tokenizer)..."
-  .venv/bin/tune model tiny "$CACHE/models/tiny-qwen3"
+MODEL="$CACHE/models/tiny-qwen3"
+if [ ! -f "$MODEL/tokenizer.json" ]; then
+  echo "Building the tiny Qwen3 model (config, locally trained tokenizer, random weights)..."
+  rm -rf "$MODEL"
+  .venv/bin/tune model tiny "$MODEL"
+elif [ ! -f "$MODEL/model.safetensors" ]; then  # built by an older version: add the weights
+  .venv/bin/python -c "import sys, pathlib, tuner.tiny_model as m; m.save_random_weights(pathlib.Path(sys.argv[1]))" "$MODEL"
 fi

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import results, study as study_mod
+from . import plan, results, study as study_mod
+from .bench import command as bench_command
 from .space import load_space
 from .storage import default_url, study_names
 from .trial_runner import HarnessError
@@ -347,9 +348,9 @@ def import_cmd(
 def model_tiny(
     path: Path = typer.Argument(..., help="Folder to create."),
     shape: str = typer.Option("tiny", help="Qwen3 shape: tiny, qwen3-0.6b, qwen3-8b, qwen3-14b."),
-    weights: bool = typer.Option(False, "--weights", help="Also save random weights (needs torch); "
+    weights: bool = typer.Option(True, "--weights/--no-weights", help="Also save random weights: "
                                  "vLLM needs none (--load-format dummy), transformers serve does."),
-    device: str = typer.Option("cuda", help="Where to create the random weights."),
+    device: str = typer.Option("cpu", help="Where to create the random weights (cuda with torch)."),
 ) -> None:
     """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
     from . import tiny_model
@@ -364,15 +365,8 @@ def model_tiny(
     console.print(f"model written to {out}")
 
 
-def _register_optional() -> None:
-    try:
-        from .bench.command import register
-    except ImportError:
-        return
-    register(app)
-
-
-_register_optional()
+for _module in (bench_command, plan):
+    _module.register(app)
 
 
 def main() -> None:  # pragma: no cover - entry point

@@ -14,7 +14,9 @@ import psutil
 from optuna.artifacts import upload_artifact
 from optuna.trial import TrialState
 
+from . import rules
 from .fingerprint import environment, model_revision
+from .hardware import detect
 from .redact import redact_argv, redact_env, redact_text, secret_values
 from .space import Space
 from .storage import artifact_store
@@ -37,7 +39,21 @@ HEADLINE_METRICS = (
     "total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
     "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "p99_itl_ms", "completed", "failed", "duration",
+    "joules_per_output_token", "gpu_memory_peak_mib", "gpu_utilization_mean_pct",
+    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct",
 )
+
+
+def _telemetry_summary(t: dict) -> dict:
+    """What the report and dashboard need; the full series stay in the bench-result artifact."""
+    keep = ("gpu", "duration_s", "samples", "gpu_selection", "energy_j", "note", "cpu", "errors")
+    summary = {k: t[k] for k in keep if k in t}
+    summary["gpus"] = [{k: g[k] for k in g if k in ("index", "name", "energy_j", "memory_used_mib",
+                                                        "utilization_pct", "power_w")}
+                       for g in t.get("gpus", [])]
+    if "engine_metrics" in t:
+        summary["engine_metrics"] = t["engine_metrics"].get("summary")
+    return summary
 
 
 class TrialRecorder:
@@ -46,6 +62,7 @@ class TrialRecorder:
         self.space = space
         self.url = url
         self.env = environment()
+        self.hardware = detect()
         self.model_rev = model_revision(space.model.resolved_path())
 
     def claim(self, trial: optuna.Trial, engine: str) -> None:
@@ -57,6 +74,47 @@ class TrialRecorder:
         trial.set_user_attr("worker_started", me.create_time())
         trial.set_user_attr("engine", engine)
         trial.set_user_attr("arm", trial.user_attrs.get("arm", "search"))
+
+    def known_infeasible(self, trial: optuna.Trial, engine: str, knobs: dict, omit: frozenset[str],
+                         *, check_rules: bool = True) -> bool:
+        """Decide before launching: a rule of the engine's YAML, or a failure an earlier launch
+        taught, says this config cannot run here. Records why; the caller prunes the trial."""
+        version = self._engine_version(engine)
+        verdicts = rules.check(engine, knobs, hardware=self.hardware, space=self.space,
+                               engine_version=version, omit=omit)
+        notes = [f"{v.rule_id}: {v.reason}" for v in verdicts if v.severity == "note"]
+        if notes:
+            trial.set_user_attr("rule_notes", notes)
+        prune = next((v for v in verdicts if v.severity == "prune"), None)
+        learned = rules.covered_by(self._learned(), engine, knobs, self.hardware.device_key)
+        if prune is not None and not check_rules:
+            trial.set_user_attr("predicted_by_rule", prune.rule_id)
+            return False
+        if prune is not None:
+            why = {"pruned_rule": prune.rule_id, "pruned_reason": prune.reason,
+                   "pruned_source": prune.source}
+        elif learned is not None:
+            key, number = learned
+            why = {"pruned_rule": "learned", "pruned_source": f"trial {number}",
+                   "pruned_reason": f"trial {number} failed for {rules.describe_key(key)}: "
+                                    "the same failure applies here"}
+        else:
+            return False
+        for k, v in {**why, "feasible": False, "knobs": dict(knobs)}.items():
+            trial.set_user_attr(k, v)
+        trial.set_constraint("engine_start", 1.0)
+        return True
+
+    def _engine_version(self, engine: str) -> str | None:
+        for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+            if t.user_attrs.get("engine") == engine and t.user_attrs.get("engine_version"):
+                return t.user_attrs["engine_version"]
+        return None
+
+    def _learned(self) -> dict[str, int]:
+        return {t.user_attrs["learned_key"]: t.number
+                for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("learned_key")}
 
     def engine_started(self, trial: optuna.Trial, server) -> None:
         trial.set_user_attr("engine_pgid", server.pgid)
@@ -87,6 +145,12 @@ class TrialRecorder:
             attrs.update({"failure_class": f.failure_class,
                           "failure_reason": redact_text(f.reason, secrets),
                           "failure_evidence": redact_text(f.evidence, secrets)})
+            key = rules.learned_key(list(f.generalises_on), plan.engine, plan.knobs,
+                                    self.hardware.device_key)
+            if key:  # later configs with the same key are pruned without a launch
+                attrs["learned_key"] = key
+        if outcome.telemetry:
+            attrs["telemetry"] = {name: _telemetry_summary(t) for name, t in outcome.telemetry.items()}
         workloads = {k: v for k, v in outcome.workload_metrics.items() if k != SCREEN}
         if len(workloads) > 1:
             attrs["workload_metrics"] = workloads

@@ -40,6 +40,12 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(study.best_trials, key=lambda t: t.number)  # feasible trials only
 
 
+def baseline_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Feasible measurements of the baseline arms, in trial order."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("arm", "search") != "search" and is_feasible(t)]
+
+
 @dataclass
 class ConfigStats:
     """All feasible measurements of one launched configuration (repeats included)."""

@@ -167,6 +167,9 @@ class Baseline(_Strict):
     name: str
     engine: str
     params: dict[str, Scalar] = {}
+    # false: launch even when a feasibility rule predicts failure, to confirm the rule still holds
+    # on this engine version (the trial records which rule predicted it).
+    check_rules: bool = True
 
 
 class Space(_Strict):
@@ -283,7 +286,9 @@ def _suggest_one(trial: optuna.Trial, name: str, p: Param) -> Scalar:
     if p.type == "int":
         return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     if p.type == "float":
-        return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+        value = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+        # 0.1 steps come back as 0.9400000000000001: keep the command line as the user wrote it
+        return round(value, 10) if p.step else value
     if p.type == "bool":
         return trial.suggest_categorical(name, [True, False])
     return trial.suggest_categorical(name, p.choices)

@@ -34,6 +34,7 @@ from .trial_runner import HarnessError, TrialOutcome, run_trial
 from .yaml_io import InputError
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+MAX_PRUNED_IN_A_ROW = 50
 # What must match for measurements to be comparable; the host name may differ (resume elsewhere).
 FINGERPRINT_KEYS = ("device", "gpu", "gpu_count", "gpu_memory_mib", "driver", "cpu")
 
@@ -257,7 +258,10 @@ def enqueue_repeats(handle: StudyHandle, *, top_k: int, repeats: int) -> int:
 
 
 def finished_count(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    """Trials that used up the budget: launched and finished. Configs pruned by a rule or by what
+    an earlier launch taught cost no launch, so they don't count."""
+    return len([t for t in study.get_trials(deepcopy=False, states=FINISHED)
+                if "pruned_rule" not in t.user_attrs])
 
 
 def _owner_alive(t: FrozenTrial) -> bool:
@@ -358,10 +362,14 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
     deadline = time.monotonic() + timeout_s if timeout_s else None
     recorder = TrialRecorder(handle.study, handle.space, handle.url)
     harness_errors = 0
+    rule_pruned_in_a_row = 0
 
     def objective(trial: optuna.Trial) -> float:
         task = prepare(handle, trial, recorder)
         reporter.trial_started(task.number, finished_count(handle.study) + 1, total, task.label)
+        if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
+                                     check_rules=_checks_rules(handle.space, trial)):
+            raise optuna.TrialPruned()
         try:
             outcome = execute(task, on_phase=reporter.phase,
                               on_started=lambda server: recorder.engine_started(trial, server))
@@ -377,8 +385,9 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         return values
 
     def finished(_study: optuna.Study, trial: FrozenTrial) -> None:
-        nonlocal harness_errors
+        nonlocal harness_errors, rule_pruned_in_a_row
         reporter.trial_finished(trial)
+        rule_pruned_in_a_row = rule_pruned_in_a_row + 1 if "pruned_rule" in trial.user_attrs else 0
         harness_errors = harness_errors + 1 if trial.state == TrialState.FAIL else 0
         if harness_errors >= 3:
             raise HarnessError("three trials in a row failed in the tuner itself; last: "
@@ -395,11 +404,22 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
             if done + running >= total:
                 time.sleep(2)  # other workers are finishing the budget
                 continue
+            if rule_pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                reporter.note(f"the last {MAX_PRUNED_IN_A_ROW} proposals were all known to be "
+                              "infeasible: the space has little left to launch; stopping")
+                return
             if isinstance(handle.study.sampler, GreedySampler) and handle.study.sampler.done(handle.study):
                 reporter.note("the greedy procedure has measured every knob's ladder: done")
                 return
             handle.study.optimize(objective, n_trials=1, catch=(HarnessError,),
                                   callbacks=[finished])
+
+
+def _checks_rules(space: Space, trial: optuna.Trial) -> bool:
+    """Baselines may opt out (``check_rules: false``): a probe launched to confirm that a rule
+    still holds on this engine version."""
+    arm = trial.user_attrs.get("arm", "search")
+    return next((b.check_rules for b in space.baselines if b.name == arm), True)
 
 
 def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:

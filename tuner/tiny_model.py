@@ -81,9 +81,14 @@ SHAPES = {
 
 def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bfloat16") -> None:
     """Random weights for a built model folder, so engines that cannot use ``--load-format dummy``
-    (transformers serve) load a model of the real size. Needs torch; building on the GPU takes
-    seconds even for 8B parameters."""
-    import torch
+    (transformers serve) load a model of the real size. With torch (the GPU machine) the model is
+    built on ``device`` in seconds even at 8B parameters; without it, numpy writes float32 weights,
+    which is fine for the tiny shape."""
+    try:
+        import torch
+    except ImportError:
+        _save_random_weights_numpy(out_dir)
+        return
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(out_dir)
@@ -94,6 +99,37 @@ def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bf
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+
+
+def qwen3_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes of Qwen3ForCausalLM (tied embeddings: no lm_head)."""
+    h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], h), "model.norm.weight": (h,)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+        })
+    return shapes
+
+
+def _save_random_weights_numpy(out_dir: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    cfg = json.loads((out_dir / "config.json").read_text())
+    rng = np.random.default_rng(0)
+    tensors = {name: (np.ones(shape, np.float32) if len(shape) == 1
+                      else rng.normal(0, cfg["initializer_range"], shape).astype(np.float32))
+               for name, shape in qwen3_tensor_shapes(cfg).items()}
+    # float32 on disk; config.json keeps bfloat16, which engines load the weights as.
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
 def _training_files() -> list[Path]:

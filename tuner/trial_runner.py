@@ -18,7 +18,9 @@ from .engine_spec import load_engine
 from .failures import Failure, classify_exit
 from .fingerprint import engine_version
 from .launcher import EngineStartFailed, Server, free_port, start, wait_ready
+from .paths import expand
 from .space import Scalar, Space, Workload
+from .telemetry import TelemetrySampler, derived
 from .translate import LaunchPlan, build_plan
 
 Phase = Callable[[str], None]
@@ -40,6 +42,7 @@ class TrialOutcome:
     client_saturated: bool = False
     workload_metrics: dict[str, dict] = field(default_factory=dict)
     screened_out: bool = False
+    telemetry: dict[str, dict] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -54,7 +57,7 @@ def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: s
         tokenizer=space.model.resolved_tokenizer(),
         endpoint=workload.endpoint or spec.request.endpoint,
         dataset_name=workload.dataset,
-        dataset_path=workload.dataset_path and os.path.expanduser(workload.dataset_path),
+        dataset_path=workload.dataset_path and expand(workload.dataset_path),
         num_prompts=workload.num_prompts,
         random_input_len=workload.random_input_len,
         random_output_len=workload.random_output_len,
@@ -125,13 +128,20 @@ def run_trial(
         t_bench = time.monotonic()
         for i, workload in enumerate(workloads or [space.workload]):
             on_phase("benchmarking" + (f" {workload.name}" if workloads and len(workloads) > 1 else ""))
-            result = run_benchmark(bench_config(space, workload, plan, server.base_url))
+            metrics_url = server.base_url + spec.metrics_path if spec.metrics_path else None
+            with TelemetrySampler(server.pgid, metrics_url) as sampler:
+                result = run_benchmark(bench_config(space, workload, plan, server.base_url))
+            telemetry = sampler.result()
             path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
-            _write_json(path, result.to_json())
-            outcome.workload_metrics[workload.name] = dict(result.metrics)
+            _write_json(path, {**result.to_json(), "telemetry": telemetry})
+            outcome.telemetry[workload.name] = telemetry
+            # Energy per token and peak memory are metrics too: usable as objectives and SLOs.
+            metrics = {**result.metrics, **{k: v for k, v in derived(
+                telemetry, result.metrics.get("total_output_tokens") or 0).items() if v is not None}}
+            outcome.workload_metrics[workload.name] = metrics
             outcome.client_saturated |= result.client_saturated
             if i == 0:
-                outcome.metrics, outcome.result_path = dict(result.metrics), path
+                outcome.metrics, outcome.result_path = dict(metrics), path
             if not server.alive() or not result.metrics.get("completed"):
                 break
             if i == 0 and gate is not None and not gate(result.metrics):

@@ -12,7 +12,6 @@ import math
 import os
 import re
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
