@@ -70,6 +70,7 @@ def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: s
         seed=workload.seed,
         num_warmups=workload.num_warmups,
         omit_fields=frozenset(spec.request.omit_fields),
+        max_duration_s=workload.max_duration_s,
     )
 
 

@@ -39,6 +39,9 @@ class BenchConfig:
     percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl")
     metric_percentiles: tuple[float, ...] = (99.0,)
     request_timeout_s: float = 6 * 3600
+    # Stop the run after this long: requests not finished count as failed, and the duration is
+    # the deadline (for servers that would take hours, e.g. one request at a time).
+    max_duration_s: float | None = None
 
     def __post_init__(self) -> None:
         # Callers build configs from YAML and CLI lists; normalise so equality and hashing hold.

@@ -167,10 +167,17 @@ async def _timed_run(
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"
     finished = 0
 
+    deadline = None
+
     async def one(index: int, request: SampleRequest, arrival: float) -> RequestOutput:
         nonlocal finished
-        async with limit:
-            out = await send_request(client, config, request, prefix + str(index))
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with limit:
+                    out = await send_request(client, config, request, prefix + str(index))
+        except TimeoutError:
+            out = RequestOutput(prompt_len=request.prompt_len, start_time=arrival,
+                                error=f"not finished within max_duration_s={config.max_duration_s}")
         out.client_queue_time = out.start_time - arrival
         finished += 1
         if on_progress is not None:
@@ -184,6 +191,8 @@ async def _timed_run(
     try:
         cpu_start = time.process_time()
         start = time.perf_counter()
+        if config.max_duration_s is not None:
+            deadline = asyncio.get_running_loop().time() + config.max_duration_s
         async for index, request in paced(requests, offsets):
             tasks.append(asyncio.create_task(one(index, request, time.perf_counter())))
         outputs = await _gather_or_cancel(tasks)
