@@ -7,7 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import optuna
@@ -25,18 +25,20 @@ RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
 @pytest.fixture
-def ray_cluster(tmp_path):
+def ray_cluster():
     """`ray start --head` with two logical GPUs on loopback; stopped after the test."""
     port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix sockets live under it
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run([RAY, "start", "--head", f"--port={port}", "--num-cpus=2", "--num-gpus=2",
                     "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-                    "--disable-usage-stats", f"--temp-dir={tmp_path / 'ray'}"],
+                    "--disable-usage-stats", f"--temp-dir={temp}"],
                    check=True, capture_output=True, env=env, timeout=120)
     try:
         yield f"127.0.0.1:{port}"
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _overlap(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> bool:
