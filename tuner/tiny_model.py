@@ -94,7 +94,7 @@ def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bf
     config = AutoConfig.from_pretrained(out_dir)
     torch_dtype = getattr(torch, dtype)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, torch_dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     model.save_pretrained(out_dir, safe_serialization=True)
     del model
     if device.startswith("cuda"):

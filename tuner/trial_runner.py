@@ -71,7 +71,17 @@ def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: s
         num_warmups=workload.num_warmups,
         omit_fields=frozenset(spec.request.omit_fields),
         max_duration_s=workload.max_duration_s,
+        api_key=_flag_value(plan.argv, "--api-key"),
     )
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def run_trial(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tuner.bench.datasets import BenchInputError
 
@@ -42,6 +42,8 @@ class BenchConfig:
     # Stop the run after this long: requests not finished count as failed, and the duration is
     # the deadline (for servers that would take hours, e.g. one request at a time).
     max_duration_s: float | None = None
+    # Bearer token for servers started with --api-key (else OPENAI_API_KEY, as vLLM's client does).
+    api_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Callers build configs from YAML and CLI lists; normalise so equality and hashing hold.

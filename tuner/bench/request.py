@@ -83,9 +83,9 @@ def build_payload(config: BenchConfig, prompt: str, output_len: int) -> dict[str
     return payload
 
 
-def build_headers(request_id: str | None) -> dict[str, str]:
+def build_headers(request_id: str | None, api_key: str | None = None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
-    api_key = os.environ.get("OPENAI_API_KEY")
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     if request_id:
@@ -177,7 +177,7 @@ async def send_request(
 ) -> RequestOutput:
     """Stream one request; never raises for server or stream faults (they land in ``error``)."""
     body = json.dumps(build_payload(config, request.prompt, request.expected_output_len)).encode()
-    headers = build_headers(request_id)
+    headers = build_headers(request_id, config.api_key)
     out = RequestOutput(prompt_len=request.prompt_len)
     chat = config.is_chat
     parts: list[str] = []
