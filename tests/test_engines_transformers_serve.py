@@ -13,6 +13,7 @@ import pytest
 
 from tuner.bench.config import BenchConfig
 from tuner.bench.request import build_payload
+from tuner.trial_runner import bench_config
 from tuner.engine_spec import load_engine
 from tuner.fingerprint import engine_version
 from tuner.launcher import free_port, start, wait_ready
@@ -51,8 +52,8 @@ def test_transformers_serve_starts_and_streams(weighted_model, tmp_path):
         wait_ready(server, spec.readiness.startup_timeout_s)
         assert spec.readiness.log_line in server.log_text()
         assert engine_version(spec.version_pattern, server.log_text())
-        cfg = BenchConfig(base_url=server.base_url, model=plan.served_name, tokenizer=str(weighted_model),
-                          omit_fields=frozenset(spec.request.omit_fields))
+        cfg = bench_config(space, space.workload, plan, server.base_url)  # what trials send
+        assert cfg.model == plan.model_path  # the server is pinned to that exact string
         payload = build_payload(cfg, "def main():\n    print(", 8)
         with httpx.Client(timeout=120) as client:
             with client.stream("POST", server.base_url + spec.request.endpoint, json=payload) as r:
@@ -61,7 +62,7 @@ def test_transformers_serve_starts_and_streams(weighted_model, tmp_path):
                           if line.startswith("data: ") and line != "data: [DONE]"]
             assert len([c for c in chunks if c.get("choices")]) >= 8
             # Why omit_fields lists what it lists: the full vLLM payload is refused.
-            full = build_payload(BenchConfig(base_url="", model=plan.served_name, tokenizer=""), "hi", 2)
+            full = build_payload(BenchConfig(base_url="", model=plan.model_path, tokenizer=""), "hi", 2)
             refused = client.post(server.base_url + spec.request.endpoint, json=full)
             assert refused.status_code in (400, 422)
     finally:

@@ -131,6 +131,9 @@ class Request(_Strict):
 
     omit_fields: list[str] = []
     endpoint: str = "/v1/completions"
+    # What requests put in "model": the served name, or the model path the server was started with
+    # (transformers serve pins itself to that exact string and answers 400 to anything else).
+    model_name: Literal["served", "path"] = "served"
 
 
 class EngineSpec(_Strict):

@@ -53,7 +53,7 @@ def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: s
     spec = load_engine(plan.engine)
     return BenchConfig(
         base_url=base_url,
-        model=plan.served_name,
+        model=plan.model_path if spec.request.model_name == "path" else plan.served_name,
         tokenizer=space.model.resolved_tokenizer(),
         endpoint=workload.endpoint or spec.request.endpoint,
         dataset_name=workload.dataset,
