@@ -9,7 +9,9 @@
 # Usage there:  bash benchmarks/gpu_study.sh [n_trials]        (the repo is the working dir)
 # Prepare here: the wheels listed in docs/results/h200-transformers.md, downloaded into .whl/
 set -uo pipefail
-N_TRIALS="${1:-8}"
+N_TRIALS="${1:-6}"
+STUDY_S="${STUDY_S:-330}"     # the search, then the repeats: each phase stops cleanly (SIGINT) in time
+CONFIRM_S="${CONFIRM_S:-150}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 exec > >(tee "$OUT/run.log") 2>&1
@@ -34,20 +36,48 @@ stamp "model built"
 python3 benchmarks/nvml_probe.py > "$OUT/nvml-probe.json" 2> "$LOGS/nvml-probe.err" || true
 stamp "NVML probe done"
 
+# Keep only the fixed args this transformers version knows (flags differ between 5.x releases).
+SPACE="$OUT/studies/h200-transformers.yaml"
+python3 - "$LOGS/transformers-serve-help.txt" "$SPACE" <<'PY'
+import sys, yaml
+help_text = open(sys.argv[1]).read()
+space = yaml.safe_load(open("search_spaces/h200-transformers.yaml"))
+engine = space["engines"]["transformers"]
+args, kept = engine["fixed_args"], []
+i = 0
+while i < len(args):
+    takes_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+    if args[i] in help_text:
+        kept += args[i:i + 1 + takes_value]
+    else:
+        print(f"dropping {args[i]}: not in this version's `transformers serve --help`")
+    i += 1 + takes_value
+engine["fixed_args"] = kept
+yaml.safe_dump(space, open(sys.argv[2], "w"), sort_keys=False)
+PY
+
 gpus=$(nvidia-smi --list-gpus | wc -l)
 if [ "$gpus" -ge 2 ]; then
   storage="journal://$OUT/studies/h200-transformers.journal"
-  for i in $(seq 0 $((gpus - 1))); do
-    CUDA_VISIBLE_DEVICES=$i "${TUNE[@]}" start --space h200-transformers --study h200-transformers \
-      --storage "$storage" --n-trials "$N_TRIALS" > "$LOGS/worker-$i.log" 2>&1 &
-    sleep 2  # the first worker creates the study and enqueues the baselines
-  done
-  wait
-  tail -n 30 "$LOGS"/worker-*.log
 else
   storage="sqlite:///$OUT/studies/h200-transformers.db"
-  "${TUNE[@]}" start --space h200-transformers --storage "$storage" --n-trials "$N_TRIALS"
 fi
+# One worker per GPU on one study (a journal file is safe for several processes; SQLite is not).
+workers() {  # workers SECONDS FIRST-COMMAND... ; the others join with `tune resume`
+  local seconds=$1; shift
+  for i in $(seq 0 $((gpus - 1))); do
+    if [ "$i" -eq 0 ]; then cmd=("$@"); else cmd=(resume h200-transformers --storage "$storage"); fi
+    CUDA_VISIBLE_DEVICES=$i timeout -s INT "$seconds" "${TUNE[@]}" "${cmd[@]}" \
+      > "$LOGS/$1-worker-$i.log" 2>&1 &
+    sleep 5  # the first worker creates the study / queues the repeats
+  done
+  wait
+  tail -n 25 "$LOGS/$1"-worker-*.log
+}
+workers "$STUDY_S" start --space "$SPACE" --study h200-transformers --storage "$storage" \
+  --n-trials "$N_TRIALS"
+stamp "search finished"
+workers "$CONFIRM_S" confirm h200-transformers --top-k 1 --repeats 1 --storage "$storage"
 stamp "study finished"
 
 "${TUNE[@]}" status h200-transformers --storage "$storage" || true

@@ -309,7 +309,7 @@ def confirm(
     except InputError as exc:
         _fail(str(exc))
     console.print(f"queued {added} repeat launches", highlight=False)
-    _run_with_progress(handle, study_mod.finished_count(handle.study) + added)
+    _run_with_progress(handle, None)
     _print_best(handle)
 
 

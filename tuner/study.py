@@ -254,7 +254,10 @@ def enqueue_repeats(handle: StudyHandle, *, top_k: int, repeats: int) -> int:
             attrs.update({k: g.first.user_attrs[k] for k in ("engine", "omit")
                           if k in g.first.user_attrs})
             handle.study.enqueue_trial(g.first.params, user_attrs=attrs)
-    return repeats * len(picked)
+    added = repeats * len(picked)
+    # The budget grows with the repeats, so other workers (`tune resume`) help run them.
+    handle.study.set_user_attr("n_trials", finished_count(handle.study) + added)
+    return added
 
 
 def finished_count(study: optuna.Study) -> int:
