@@ -9,8 +9,8 @@
 # Usage there:  bash benchmarks/gpu_study.sh [n_trials]        (the repo is the working dir)
 # Prepare here: the wheels listed in docs/results/h200-transformers.md, downloaded into .whl/
 set -uo pipefail
-N_TRIALS="${1:-6}"
-STUDY_S="${STUDY_S:-330}"     # the search, then the repeats: each phase stops cleanly (SIGINT) in time
+N_TRIALS="${1:-8}"
+STUDY_S="${STUDY_S:-280}"     # the search, then the repeats: each phase stops cleanly (SIGINT) in time
 CONFIRM_S="${CONFIRM_S:-150}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
@@ -64,14 +64,15 @@ else
 fi
 # One worker per GPU on one study (a journal file is safe for several processes; SQLite is not).
 workers() {  # workers SECONDS FIRST-COMMAND... ; the others join with `tune resume`
-  local seconds=$1; shift
+  local seconds=$1 pids=(); shift
   for i in $(seq 0 $((gpus - 1))); do
     if [ "$i" -eq 0 ]; then cmd=("$@"); else cmd=(resume h200-transformers --storage "$storage"); fi
     CUDA_VISIBLE_DEVICES=$i timeout -s INT "$seconds" "${TUNE[@]}" "${cmd[@]}" \
       > "$LOGS/$1-worker-$i.log" 2>&1 &
+    pids+=($!)
     sleep 5  # the first worker creates the study / queues the repeats
   done
-  wait
+  wait "${pids[@]}"  # not a bare `wait`: it would also wait for the `tee` of this script's output
   tail -n 25 "$LOGS/$1"-worker-*.log
 }
 workers "$STUDY_S" start --space "$SPACE" --study h200-transformers --storage "$storage" \

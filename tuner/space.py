@@ -267,7 +267,7 @@ def suggest(trial: optuna.Trial, space: Space,
         if pname in omit and p.default is None:
             continue
         values[pname] = _suggest_one(trial, pname, p)
-    values.update(choice.fixed)
+    values.update({k: v for k, v in choice.fixed.items() if k not in omit})
     return engine, values
 
 
@@ -305,7 +305,8 @@ def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar]
     params: dict[str, Scalar] = {}
     if len(space.engines) > 1:
         params[ENGINE_PARAM] = baseline.engine
-    omitted = []
+    # Fixed knobs are flags too: the engine-defaults arm leaves them out unless it names them.
+    omitted = [k for k in choice.fixed if k not in baseline.params]
     for pname, p in choice.params.items():
         if pname in baseline.params:
             params[pname] = baseline.params[pname]
