@@ -40,3 +40,32 @@ def studies(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "studies"
     monkeypatch.setenv("TUNER_STUDIES_DIR", str(d))
     return d
+
+
+@pytest.fixture(scope="session")
+def real_study(tmp_path_factory, vllm_bin, tiny_model_path) -> tuple[Path, str]:
+    """(studies dir, study name) of a 3-trial cpu-smoke study run by `tune start` on real vLLM.
+
+    Session-scoped: about 2.5 minutes on 2 cores, shared by every test that reads a real study.
+    Trials: the defaults baseline, the refused probe, one searched config.
+    """
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tuner.paths import SPACES_DIR
+
+    root = tmp_path_factory.mktemp("real-study")
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["name"] = "real-smoke"
+    data["workload"]["num_prompts"] = 16
+    data["budget"]["n_trials"] = 3
+    space = root / "real-smoke.yaml"
+    space.write_text(yaml.safe_dump(data))
+    studies = root / "studies"
+    proc = subprocess.run([str(Path(sys.executable).parent / "tune"), "start", "--space", str(space)],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TUNER_STUDIES_DIR": str(studies), "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return studies, "real-smoke"

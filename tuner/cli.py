@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import plan, results, study as study_mod
+from . import dashboard, evaluate, plan, results, study as study_mod
+from .report import command as report_command
 from .bench import command as bench_command
 from .space import load_space
 from .storage import default_url, study_names
@@ -216,9 +217,13 @@ def status(
                  if t.values is not None and results.is_feasible(t) else "-")
         failure = ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error") or ""
         table.add_row(str(t.number), ua.get("arm", ""), results.status_label(t), value,
-                      *(str(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
+                      *(_param(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
                       _fmt(ua.get("mean_tpot_ms")), failure)
     console.print(table)
+
+
+def _param(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)  # 0.6000000000000001 -> 0.6
 
 
 def _short(text: str | None, limit: int = 160) -> str:
@@ -365,7 +370,7 @@ def model_tiny(
     console.print(f"model written to {out}")
 
 
-for _module in (bench_command, plan):
+for _module in (bench_command, plan, dashboard, evaluate, report_command):
     _module.register(app)
 
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from . import results
 from .launcher import port_is_free
 from .paths import studies_dir
+from .report.data import objective_name
 from .storage import artifact_store, default_url, open_storage, study_names
 from .yaml_io import InputError
 
@@ -35,9 +36,10 @@ def _num(v: Any, digits: int = 1) -> str:
 
 
 def trial_note(trial: FrozenTrial, objective_metric: str | None = None) -> str:
-    """One Markdown line: outcome, arm, objective and latency, or the class and evidence of a failure.
+    """One Markdown line: outcome, arm, objective and latency, or why the trial lost.
 
-    Reads user attrs first, so it also works on a RUNNING trial whose attrs are already recorded.
+    Reads user attrs first (failure class and evidence, pruning rule, SLO slack), so it also works
+    on a RUNNING trial whose attrs are already recorded.
     """
     ua = trial.user_attrs
     arm = ua.get("arm", "search")
@@ -48,16 +50,26 @@ def trial_note(trial: FrozenTrial, objective_metric: str | None = None) -> str:
                 f"`{_clip(evidence, 200)}`" if evidence else
                 f"**infeasible: {ua['failure_class']}** · {arm}")
     if trial.state == TrialState.PRUNED or ua.get("pruned_rule"):
-        return (f"**pruned** ({ua.get('pruned_rule', 'pruner')}) · {arm} · "
-                f"{_clip(ua.get('pruned_reason', ''), 200)}").rstrip(" ·")
+        word = results.status_label(trial) if trial.state == TrialState.PRUNED else "pruned"
+        rule = f" ({ua['pruned_rule']})" if ua.get("pruned_rule") else ""
+        why = _clip(ua.get("pruned_reason", ""), 200)
+        return f"**{word}**{rule} · {arm} · {why}".rstrip(" ·")
     if trial.state == TrialState.FAIL:
         what = "interrupted" if ua.get("interrupted") else "tuner error"
         return f"**{what}** · {arm} · {_clip(ua.get('harness_error', ''), 200)}".rstrip(" ·")
-    if not ua.get("feasible") and not results.is_feasible(trial):
+    over = {m: v for m, v in (ua.get("slo_slack") or {}).items() if v > 0}
+    if over:
+        return f"**slo-violated** · {arm} · " + ", ".join(
+            f"{m} over its bound by {_num(v)}" for m, v in over.items())
+    if not ua.get("feasible", True) or (trial.state == TrialState.COMPLETE
+                                  and not results.is_feasible(trial)):
         return f"**{results.status_label(trial)}** · {arm}"
-    metric = objective_metric or "value"
-    value = ua.get(objective_metric) if objective_metric else trial.value
-    return (f"**ok** · {arm} · {metric} {_num(value)} · p99 TTFT {_num(ua.get('p99_ttft_ms'))} ms"
+    if objective_metric in ua:
+        shown = _num(ua[objective_metric])
+    else:  # several objectives, or a metric not flattened into the attrs
+        shown = " / ".join(_num(v) for v in trial.values or []) or "-"
+    return (f"**ok** · {arm} · {objective_metric or 'value'} {shown} · p99 TTFT "
+            f"{_num(ua.get('p99_ttft_ms'))} ms"
             f" · mean TPOT {_num(ua.get('mean_tpot_ms'))} ms · output "
             f"{_num(ua.get('output_throughput'))} tok/s")
 
@@ -86,7 +98,7 @@ def write_missing_notes(study: optuna.Study) -> int:
     """Note every finished trial that has none (studies recorded before notes existed)."""
     from optuna_dashboard._note import note_ver_key
     attrs = study._storage.get_study_system_attrs(study._study_id)
-    metric = (study.user_attrs.get("objective") or {}).get("metric")
+    metric = None if len(study.directions) > 1 else objective_name(study)
     missing = [t for t in study.get_trials(deepcopy=False, states=(
         TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
         if note_ver_key(t._trial_id) not in attrs]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,8 +23,10 @@ from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
+from rich.table import Table
 
 from .report.data import WORKLOAD_METRICS, contenders, evaluation_rows
+from .report.markdown import fmt
 from .space import Space, Workload
 from .storage import artifact_store, data_dir, default_url
 from .study import StudyHandle, load
@@ -70,8 +73,8 @@ class _WorkloadFile(BaseModel):
 def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None) -> list[Workload]:
     """``from-space``, ``seed-study``, a YAML file with ``evaluation_workloads:``, or names.
 
-    Names are looked up in the space's evaluation workloads, then the seed-study set, then the
-    space's search workload.
+    Names are looked up in the space's evaluation workloads, then its search workloads, then the
+    seed-study set.
     """
     spec = spec.strip()
     if spec == "from-space":
@@ -89,7 +92,7 @@ def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None)
         found = load_model(_WorkloadFile, Path(spec).expanduser()).evaluation_workloads
     else:
         known = {w.name: w for w in [*seed_study_workloads(model_context(space), sharegpt_path),
-                                     space.workload, *space.evaluation_workloads]}
+                                     *space.all_workloads(), *space.evaluation_workloads]}
         found = []
         for name in (n.strip() for n in spec.split(",") if n.strip()):
             if name not in known:
@@ -136,16 +139,28 @@ def _arm_info(t: FrozenTrial) -> dict:
             "knobs": t.user_attrs.get("knobs")}
 
 
+def _kept(metrics: dict, name: str) -> float | None:
+    """One run's value of a metric, or None where it measured nothing (NaN, no request done)."""
+    value = metrics.get(name)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if name not in ("completed", "failed") and not metrics.get("completed"):
+        return None
+    return value
+
+
 def summarise(result: EvaluationResult) -> dict:
-    """The study attr: per workload, per arm, one list entry per repeat and metric (None: no data)."""
+    """The study attr: per workload and arm, each metric's values over the repeats.
+
+    A run where no request completed contributes its failed count only: its zeros are not speeds.
+    """
     workloads = []
     for w in result.workloads:
         entry = {"name": w.name, "spec": w.model_dump(mode="json", exclude_defaults=True)}
         for arm in ("baseline", "best"):
             runs = [r for r in result.runs if r.arm == arm]
-            entry[arm] = {m: [v for r in runs
-                              if (v := r.outcome.workload_metrics.get(w.name, {}).get(m)) is not None
-                              and not (isinstance(v, float) and math.isnan(v))]
+            measured = [r.outcome.workload_metrics.get(w.name, {}) for r in runs]
+            entry[arm] = {m: [v for wm in measured if (v := _kept(wm, m)) is not None]
                           for m in SUMMARY_METRICS}
         workloads.append(entry)
     return {
@@ -155,8 +170,10 @@ def summarise(result: EvaluationResult) -> dict:
         "best": _arm_info(result.best),
         "baseline": _arm_info(result.baseline),
         "workloads": workloads,
-        "failures": [{"arm": r.arm, "repeat": r.repeat, "failure_class": r.outcome.failure.failure_class,
-                      "reason": r.outcome.failure.reason} for r in result.runs if r.outcome.failure],
+        "failures": [{"arm": r.arm, "repeat": r.repeat,
+                      "failure_class": r.outcome.failure.failure_class,
+                      "reason": r.outcome.failure.reason}
+                     for r in result.runs if r.outcome.failure],
     }
 
 
@@ -164,9 +181,12 @@ def evaluate(handle: StudyHandle, workloads: list[Workload], repeats: int,
              on_phase: Callable[[str], None] = lambda _: None) -> EvaluationResult:
     """Run baseline and best ``repeats`` times each, interleaved; record in the study.
 
-    The per-run metrics go to a study artifact
-    (evaluation-<time>.json); the summary to the study user attr ``evaluation``, which
-    ``tune report`` reads.
+    "Best" is the config with the best median over its runs (tuner.results.best_config), or the
+    best searched one when the baseline itself won.
+
+    Every run's metrics, telemetry and command go to a study artifact (also kept at
+    ``<study>-files/evaluations/<time>/evaluation.json``); the summary to the study user attr
+    ``evaluation``, which ``tune report`` reads.
     """
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: needs at least 1")
@@ -178,11 +198,11 @@ def evaluate(handle: StudyHandle, workloads: list[Workload], repeats: int,
         raise InputError(f"study {handle.name!r}: {note or 'no feasible trial'}")
     if note:
         on_phase(note)
-    result = EvaluationResult(best, base, workloads, repeats)
+    result = EvaluationResult(best.first, base.first, workloads, repeats)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     root = data_dir(handle.url, handle.name) / "evaluations" / stamp
     for r in range(repeats):
-        for arm, trial in (("baseline", base), ("best", best)):
+        for arm, trial in (("baseline", result.baseline), ("best", result.best)):
             engine, knobs, omit = _config(trial)
             label = f"{arm} (trial {trial.number}) repeat {r + 1}/{repeats}"
             outcome = run_trial(handle.space, engine, knobs, root / f"{arm}-r{r + 1}", omit=omit,
@@ -196,6 +216,7 @@ def evaluate(handle: StudyHandle, workloads: list[Workload], repeats: int,
         {"arm": run.arm, "repeat": run.repeat, "trial_dir": str(run.outcome.log_path.parent),
          "command": run.outcome.plan.command_line(), "engine_version": run.outcome.engine_version,
          "timings": run.outcome.timings, "workload_metrics": run.outcome.workload_metrics,
+         "telemetry": run.outcome.telemetry,
          "failure": run.outcome.failure and {"class": run.outcome.failure.failure_class,
                                              "reason": run.outcome.failure.reason,
                                              "evidence": run.outcome.failure.evidence}}
@@ -209,14 +230,21 @@ def evaluate(handle: StudyHandle, workloads: list[Workload], repeats: int,
 
 # ---- command -----------------------------------------------------------------------------------
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
 def _print(result: EvaluationResult) -> None:
+    table = Table(title=f"baseline {result.summary['baseline']['arm']} (trial "
+                        f"{result.baseline.number}) vs trial {result.best.number}: geometric means "
+                        f"of {result.repeats} run(s), change with 95% interval",
+                  title_justify="left")
+    for col in ("workload", "metric", "baseline", "best", "change", "failed requests"):
+        table.add_column(col, no_wrap=True)
     for row in evaluation_rows(result.summary):
-        console.print(f"  {row.workload:<22} {row.label:<13} {row.baseline or 0:>12,.1f} -> "
-                      f"{row.best or 0:>12,.1f}  {row.change.text()}", highlight=False)
+        table.add_row(row.workload, row.label, fmt(row.baseline), fmt(row.best), row.change.text(),
+                      str(row.failed_requests or ""))
+    console.print(table)
 
 
 def evaluate_command(
@@ -240,8 +268,6 @@ def evaluate_command(
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] engine stopped; nothing recorded")
         raise typer.Exit(130)
-    console.print(f"baseline {result.summary['baseline']['arm']} (trial {result.baseline.number}) "
-                  f"vs trial {result.best.number}:", highlight=False)
     _print(result)
     for f in result.summary["failures"]:
         console.print(f"[yellow]{f['arm']} repeat {f['repeat']}: {f['failure_class']}[/] "

@@ -26,15 +26,16 @@ def studies_dir() -> Path:
 
 
 def expand(value: str) -> str:
-    """Expand ``~``, ``$VAR``, ``${TUNER_CACHE}`` and ``${TUNER_DATA}`` (both defaulted) in a path
-    from a YAML file."""
+    """Expand ``~``, ``$VAR``, ``${TUNER_CACHE}``, ``${TUNER_DATA}`` (both defaulted) and
+    ``${TUNER_REPO}`` (this checkout, for data shipped with it) in a path from a YAML file."""
     env = dict(os.environ)
     env.setdefault("TUNER_CACHE", str(cache_dir()))
     env.setdefault("TUNER_DATA", str(data_dir()))
+    env["TUNER_REPO"] = str(REPO_ROOT)
     return os.path.expanduser(os.path.expandvars(_subst(value, env)))
 
 
 def _subst(value: str, env: dict[str, str]) -> str:
-    for key in ("TUNER_CACHE", "TUNER_DATA"):
+    for key in ("TUNER_CACHE", "TUNER_DATA", "TUNER_REPO"):
         value = value.replace("${" + key + "}", env[key]).replace("$" + key, env[key])
     return value

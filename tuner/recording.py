@@ -100,7 +100,7 @@ class TrialRecorder:
                                     "the same failure applies here"}
         else:
             return False
-        for k, v in {**why, "feasible": False, "knobs": dict(knobs)}.items():
+        for k, v in {**why, "feasible": False, "knobs": dict(knobs), "status": "pruned"}.items():
             trial.set_user_attr(k, v)
         trial.set_constraint("engine_start", 1.0)
         return True
@@ -166,15 +166,20 @@ class TrialRecorder:
         if screen is not None and not objective.multi:
             trial.report(float(screen.get(objective.metric, math.nan)), step=0)
         if outcome.ok and outcome.screened_out:
+            trial.set_user_attr("status", "screened-out")
             return None
         slack = self._slo_slack(workloads) if outcome.ok else None
         for metric in objective.slos:
             # Unknown (engine refused) counts as violated, so every trial has the same keys.
             trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
+        slo_ok = not slack or all(v <= 0 for v in slack.values())
         if objective.slos:
-            trial.set_user_attr("slo_ok", bool(slack) and all(v <= 0 for v in slack.values()))
+            trial.set_user_attr("slo_ok", bool(slack) and slo_ok)
             if slack:
                 trial.set_user_attr("slo_slack", slack)
+        # One word the dashboard can show: it does not display Optuna 5 constraints.
+        trial.set_user_attr("status", "infeasible" if not outcome.ok
+                            else "ok" if slo_ok else "slo-violated")
         if not outcome.ok:
             values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
         else:

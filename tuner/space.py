@@ -180,6 +180,8 @@ class Space(_Strict):
     workload: Workload = Workload()
     # Several workloads: each trial benchmarks all of them on one launched server.
     workloads: list[Workload] = []
+    # Extra workloads for `tune evaluate` (best vs baseline with repeats), not for the search.
+    evaluation_workloads: list[Workload] = []
     objective: Objective = Objective()
     budget: Budget = Budget()
     baselines: list[Baseline] = []
@@ -213,8 +215,9 @@ class Space(_Strict):
                 raise ValueError(f"baseline {b.name!r} uses engine {b.engine!r}, not in engines")
         if len({b.name for b in self.baselines}) != len(self.baselines):
             raise ValueError("baseline names must be unique")
-        if len({w.name for w in self.all_workloads()}) != len(self.all_workloads()):
-            raise ValueError("workload names must be unique")
+        for group in (self.all_workloads(), self.evaluation_workloads):
+            if len({w.name for w in group}) != len(group):
+                raise ValueError("workload names must be unique")
         if self.fidelity and (self.objective.multi or len(self.all_workloads()) > 1):
             raise ValueError("fidelity screening needs one objective and one workload")
         if self.sampler == "greedy" and self.objective.multi:

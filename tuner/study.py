@@ -96,7 +96,9 @@ class TrialTask:
         return value <= self.screen_threshold
 
 
-def _sampler(space: Space) -> optuna.samplers.BaseSampler:
+def _sampler(space: Space, *, worker_seed: bool = False) -> optuna.samplers.BaseSampler:
+    """The space's sampler. ``worker_seed``: a process joining or resuming a study draws its own
+    random stream, or two workers with the space's seed would propose the very same configs."""
     engines = list(space.engines)
     defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
     grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
@@ -109,7 +111,10 @@ def _sampler(space: Space) -> optuna.samplers.BaseSampler:
                 grid = None
             else:
                 grid[pname] = sorted(set(grid.get(pname, [])) | set(values), key=repr)
-    return make_sampler(space.sampler, seed=space.seed, defaults=defaults, grid=grid,
+    seed = space.seed
+    if worker_seed and seed is not None:
+        seed += psutil.Process().pid
+    return make_sampler(space.sampler, seed=seed, defaults=defaults, grid=grid,
                         multi_objective=space.objective.multi)
 
 
@@ -190,7 +195,8 @@ def load(name: str, url: str) -> StudyHandle:
     if stored.user_attrs.get("space") is None:
         raise InputError(f"study {name!r} was not created by tune (no stored space)")
     space = space_from_dict(stored.user_attrs["space"], f"space stored in study {name!r}")
-    study = optuna.load_study(study_name=name, storage=storage, sampler=_sampler(space),
+    study = optuna.load_study(study_name=name, storage=storage,
+                              sampler=_sampler(space, worker_seed=True),
                               pruner=optuna.pruners.NopPruner())
     return StudyHandle(study, space, url)
 

@@ -25,9 +25,6 @@ from .launcher import group_members
 _MIB = 1 << 20
 _MAX_ERRORS = 5
 
-# Where each engine serves Prometheus text; trtllm-serve's own /metrics is JSON iteration stats.
-METRICS_PATHS = {"vllm": "/metrics", "sglang": "/metrics", "trtllm": "/prometheus/metrics"}
-
 # Engine metrics under one vocabulary, so reports compare engines. Gauges are sampled during the
 # run (their values before and after are usually idle); counters and histograms are differenced.
 GAUGES = {

@@ -28,7 +28,7 @@ def render(study: optuna.Study, fmt: Literal["html", "md"]) -> str:
 
 
 def write_report(study: optuna.Study, out: Path, fmt: Literal["html", "md"] = "html") -> Path:
-    """Render and write atomically: a reader (a browser reloading, a CI upload) never sees half a file."""
+    """Render and write atomically: a browser reloading or a CI upload never sees half a file."""
     text = render(study, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)

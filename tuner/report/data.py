@@ -7,7 +7,6 @@ after the engines are gone.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -16,6 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .. import __version__, results
+from ..results import ConfigStats
 from ..telemetry import derived
 from .stats import Change, change
 
@@ -83,6 +83,7 @@ class ReportData:
     directions: list[str]
     counts: dict[str, int]
     best: TrialRow | None  # the winner: what to run
+    best_runs: list[float]  # its objective over every run (repeats included)
     best_command: str | None
     contender: int | None  # the trial compared with the baseline per workload
     baseline_arm: str | None
@@ -102,15 +103,26 @@ class ReportData:
         return list(dict.fromkeys(k for t in self.trials for k in t.params))
 
 
+def objective_name(study: optuna.Study) -> str:
+    """The objective's metric name(s), from the study's metric names or its stored space."""
+    if study.metric_names:
+        return " / ".join(study.metric_names)
+    for holder in ((study.user_attrs.get("space") or {}).get("objective"),
+                   study.user_attrs.get("objective")):
+        if isinstance(holder, dict) and holder.get("metric"):
+            return holder["metric"]
+    return "value"
+
+
 def trial_row(t: FrozenTrial) -> TrialRow:
     ua = t.user_attrs
+    over = ", ".join(f"slo:{m}" for m, v in (ua.get("slo_slack") or {}).items() if v > 0)
     failure = (ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error")
-               or ("interrupted" if ua.get("interrupted") else ""))
-    feasible = results.is_feasible(t)
-    values = t.values if feasible else None
+               or ("interrupted" if ua.get("interrupted") else "") or over)
+    values = t.values if results.is_feasible(t) else None
     value = None if not values else values[0] if len(values) == 1 else tuple(values)
-    return TrialRow(t.number, ua.get("arm", "search"), results.status_label(t), value, dict(t.params),
-                    ua.get("p99_ttft_ms"), ua.get("mean_tpot_ms"), str(failure))
+    return TrialRow(t.number, ua.get("arm", "search"), results.status_label(t), value,
+                    dict(t.params), ua.get("p99_ttft_ms"), ua.get("mean_tpot_ms"), str(failure))
 
 
 def feasible_copy(study: optuna.Study) -> optuna.Study:
@@ -150,21 +162,27 @@ def _failures(trials: list[FrozenTrial]) -> list[FailureGroup]:
         if ua.get("failure_class"):
             groups.setdefault(("infeasible", ua["failure_class"]), []).append(t)
         elif t.state == TrialState.PRUNED or ua.get("pruned_rule"):
-            groups.setdefault(("pruned", ua.get("pruned_rule", "pruner")), []).append(t)
+            rule = ua.get("pruned_rule") or ("screened-out" if ua.get("fidelity") == "screen"
+                                             else "pruner")
+            groups.setdefault(("pruned", rule), []).append(t)
+        else:
+            for metric, slack in (ua.get("slo_slack") or {}).items():
+                if slack > 0:
+                    groups.setdefault(("slo-violated", metric), []).append(t)
     out = []
     for (kind, cls), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        key = "failure" if kind == "infeasible" else "pruned"
-        reason = next((m.user_attrs.get(f"{key}_reason") for m in members
-                       if m.user_attrs.get(f"{key}_reason")), "")
-        evidence = [e for m in members if (e := (m.user_attrs.get("failure_evidence") or "").strip())]
+        if kind == "slo-violated":
+            over = [m.user_attrs["slo_slack"][cls] for m in members]
+            reason = f"over its bound by {min(over):,.1f} to {max(over):,.1f} (worst workload)"
+        else:
+            key = "failure" if kind == "infeasible" else "pruned"
+            reason = next((m.user_attrs.get(f"{key}_reason") for m in members
+                           if m.user_attrs.get(f"{key}_reason")), "")
+        evidence = [e for m in members
+                    if (e := (m.user_attrs.get("failure_evidence") or "").strip())]
         out.append(FailureGroup(kind, cls, [m.number for m in members], reason,
                                 list(dict.fromkeys(evidence))[:3]))
     return out
-
-
-def _mean(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
 
 
 def evaluation_rows(evaluation: dict) -> list[WorkloadRow]:
@@ -173,36 +191,49 @@ def evaluation_rows(evaluation: dict) -> list[WorkloadRow]:
         base, best = w.get("baseline", {}), w.get("best", {})
         failed = int(sum(base.get("failed", [])) + sum(best.get("failed", [])))
         for metric, label, higher in WORKLOAD_METRICS:
-            b, a = base.get(metric, []), best.get(metric, [])
-            rows.append(WorkloadRow(w["name"], label, higher, _mean(b), _mean(a), change(b, a),
-                                    failed))
+            c = change(base.get(metric, []), best.get(metric, []))
+            rows.append(WorkloadRow(w["name"], label, higher, c.base, c.best, c, failed))
     return rows
 
 
-def _search_rows(name: str, best: FrozenTrial, base: FrozenTrial) -> list[WorkloadRow]:
+def _search_rows(study: optuna.Study, best: ConfigStats, base: ConfigStats) -> list[WorkloadRow]:
+    """Per search workload, over every run of each config (`tune confirm` adds repeats): user
+    attr ``workload_metrics`` when there are several workloads, else the flat headline attrs."""
+    space = study.user_attrs.get("space") or {}
+    names = [w.get("name", "default")
+             for w in space.get("workloads") or [space.get("workload") or {}]]
+
+    def runs(group: ConfigStats, name: str) -> list[dict]:
+        return [(t.user_attrs.get("workload_metrics") or {}).get(name, t.user_attrs)
+                for t in group.trials]
+
     rows = []
-    for metric, label, higher in WORKLOAD_METRICS:
-        b, a = base.user_attrs.get(metric), best.user_attrs.get(metric)
-        rows.append(WorkloadRow(name, label, higher, b, a,
-                                change([b] if b is not None else [], [a] if a is not None else []),
-                                int(base.user_attrs.get("failed") or 0)
-                                + int(best.user_attrs.get("failed") or 0)))
+    for name in names:
+        b_runs, a_runs = runs(base, name), runs(best, name)
+        failed = int(sum((m.get("failed") or 0) for m in b_runs + a_runs))
+        for metric, label, higher in WORKLOAD_METRICS:
+            c = change([v for m in b_runs if (v := m.get(metric)) is not None],
+                       [v for m in a_runs if (v := m.get(metric)) is not None])
+            rows.append(WorkloadRow(name, label, higher, c.base, c.best, c, failed))
     return rows
 
 
 def _telemetry(t: FrozenTrial) -> TelemetryRow | None:
-    tel = t.user_attrs.get("telemetry")
-    if not isinstance(tel, dict):
+    """The first workload's telemetry (the search workload): user attr ``telemetry`` holds one
+    summary per workload, as recorded by tuner.recording."""
+    per_workload = t.user_attrs.get("telemetry")
+    if not isinstance(per_workload, dict) or not per_workload:
         return None
+    tel = next(iter(per_workload.values()))
     d = derived(tel, int((t.user_attrs.get("metrics") or {}).get("total_output_tokens") or 0))
-    view = (tel.get("engine_metrics") or {}).get("summary", {})
+    view = tel.get("engine_metrics") or {}
     kv = (view.get("kv_cache_usage") or {}).get("max")
     queue = (view.get("queue_time_s") or {}).get("mean")
     gpu = bool(tel.get("gpu"))
-    names = {g.get("name") for g in tel.get("gpus", [])}
+    names = sorted({g.get("name") for g in tel.get("gpus", [])})
     return TelemetryRow(
         t.number, t.user_attrs.get("arm", "search"),
-        f"{len(tel['gpus'])}× {', '.join(sorted(names))}" if gpu else "CPU",
+        f"{len(tel['gpus'])}× {', '.join(names)}" if gpu else "CPU",
         d["joules_per_output_token"],
         d["gpu_memory_peak_mib"] if gpu else d["engine_rss_peak_mib"],
         d["gpu_utilization_mean_pct"] if gpu else d["engine_cpu_mean_pct"],
@@ -212,26 +243,24 @@ def _telemetry(t: FrozenTrial) -> TelemetryRow | None:
         1000.0 * queue if queue is not None else None)
 
 
-def contenders(study: optuna.Study) -> tuple[FrozenTrial | None, FrozenTrial | None, str]:
+def contenders(study: optuna.Study) -> tuple[ConfigStats | None, ConfigStats | None, str]:
     """The config to set against the baseline, the baseline (first feasible arm), and a note.
 
-    When the baseline itself is best, the best searched config is compared instead: that says how
-    far the search fell short, and on other workloads it may still win.
+    Configs are grouped with their repeats and ranked by median (tuner.results). When the
+    baseline itself is best, the best searched config is compared instead: that says how far the
+    search fell short, and on other workloads it may still win.
     """
-    best = results.best_trial(study)
-    bases = results.baseline_trials(study)
-    base = bases[0] if bases else None
-    if best is None or base is None or best.number != base.number:
+    best, base = results.best_config(study), results.baseline_config(study)
+    if best is None or base is None or (results.config_key(best.first)
+                                        != results.config_key(base.first)):
         return best, base, ""
-    searched = [t for t in study.get_trials(deepcopy=False)
-                if results.is_feasible(t) and t.user_attrs.get("arm", "search") == "search"]
-    arm = base.user_attrs.get("arm")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    searched = [g for g in results.group_configs(study) if g.arm == "search"]
     if not searched:
-        return None, base, f"the baseline {arm} is the only feasible config"
-    pick = (max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min)(
-        searched, key=lambda t: t.value)
-    return pick, base, (f"the baseline {arm} is the best config measured; compared with it here: "
-                        f"the best searched config, trial {pick.number}")
+        return None, base, f"the baseline {base.arm} is the only feasible config"
+    pick = max(searched, key=lambda g: g.median if maximize else -g.median)
+    return pick, base, (f"the baseline {base.arm} is the best config measured; compared with it "
+                        f"here: the best searched config, trial {pick.first.number}")
 
 
 @dataclass(frozen=True)
@@ -242,15 +271,15 @@ class _Comparison:
     baseline_arm: str | None
 
 
-def _comparison(study: optuna.Study, best: FrozenTrial | None, base: FrozenTrial | None,
+def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats | None,
                 notes: list[str]) -> _Comparison:
-    """The per-workload table: from `tune evaluate` when it ran, else the two search trials."""
+    """The per-workload table: from `tune evaluate` when it ran, else the search's own runs."""
     evaluation = study.user_attrs.get("evaluation")
     if isinstance(evaluation, dict) and evaluation.get("workloads"):
         measured = evaluation["best"]["trial"]
-        if best is not None and measured != best.number:
-            notes.append(f"the evaluation measured trial {measured}, but the best trial is now "
-                         f"{best.number}: run `tune evaluate` again")
+        if best is not None and measured != best.first.number:
+            notes.append(f"the evaluation measured trial {measured}, but the best config is now "
+                         f"trial {best.first.number}: run `tune evaluate` again")
         base_info = evaluation["baseline"]
         return _Comparison(
             evaluation_rows(evaluation),
@@ -261,11 +290,11 @@ def _comparison(study: optuna.Study, best: FrozenTrial | None, base: FrozenTrial
         if base is None and len(study.directions) == 1:
             notes.append("no feasible baseline trial to compare with")
         return _Comparison([], "", None, None)
-    workload = ((study.user_attrs.get("space") or {}).get("workload") or {}).get("name", "default")
-    return _Comparison(_search_rows(workload, best, base),
-                       f"search trials {best.number} and {base.number}, one run each: run "
-                       "`tune evaluate` for repeats, intervals and more workloads",
-                       best.number, base.user_attrs.get("arm"))
+    source = (f"search: trial {best.first.number} ({best.n} run(s)) vs trial "
+              f"{base.first.number} ({base.n} run(s))")
+    if min(best.n, base.n) < 2:
+        source += "; `tune confirm` or `tune evaluate` adds repeats and intervals"
+    return _Comparison(_search_rows(study, best, base), source, best.first.number, base.arm)
 
 
 def build(study: optuna.Study) -> ReportData:
@@ -281,9 +310,10 @@ def build(study: optuna.Study) -> ReportData:
         pareto = sorted(t.number for t in study.best_trials)
         notes.append(f"{len(pareto)} trial(s) on the Pareto front; the per-workload table needs "
                      "a single best config")
-        winner, best, base = None, None, None
+        winner, best, base, group = None, None, None, None
     else:
-        winner = results.best_trial(study)
+        group = results.best_config(study)
+        winner = group.first if group else None
         best, base, note = contenders(study)
         if note:
             notes.append(note)
@@ -291,11 +321,12 @@ def build(study: optuna.Study) -> ReportData:
     imp, imp_note = importances(study)
     return ReportData(
         study=study.study_name,
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") + f", tuner {__version__}",
-        objective=(study.user_attrs.get("objective") or {}).get("metric", "value"),
+        generated=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, tuner {__version__}",
+        objective=objective_name(study),
         directions=[d.name.lower() for d in study.directions],
         counts=counts,
         best=trial_row(winner) if winner else None,
+        best_runs=group.values if winner else [],
         best_command=winner.user_attrs.get("command") if winner else None,
         contender=cmp.contender,
         baseline_arm=cmp.baseline_arm,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 import optuna
@@ -15,7 +16,7 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from .data import ReportData, TrialRow, feasible_copy
-from .markdown import fmt
+from .markdown import best_value, fmt, runs_note
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:2rem auto;max-width:1200px;
@@ -33,6 +34,11 @@ pre{background:#f6f8fa;border:1px solid #d5d9e0;padding:.6rem;white-space:pre-wr
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+def _prose(text: str) -> str:
+    """Escaped text whose `backticked` spans (written for Markdown too) become <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
 
 
 def _table(head: list[str], rows: list[list[Any]], numeric: set[int] | None = None,
@@ -117,7 +123,7 @@ def render(study: optuna.Study, data: ReportData) -> str:
              f'<p class="meta">objective {_e(data.objective)} ({_e(", ".join(data.directions))})'
              f" · trials: {_e(', '.join(f'{v} {k}' for k, v in data.counts.items()))}"
              f" · generated {_e(data.generated)}</p>"]
-    parts += [f'<p class="note">{_e(n)}</p>' for n in data.notes]
+    parts += [f'<p class="note">{_prose(n)}</p>' for n in data.notes]
 
     parts.append('<h2 id="answer">What to run</h2>')
     if data.pareto:
@@ -128,14 +134,15 @@ def render(study: optuna.Study, data: ReportData) -> str:
     else:
         b = data.best
         parts.append(f"<p>Best feasible config: trial {b.number} ({_e(b.arm)}), {_e(data.objective)}"
-                     f" = <b>{_e(fmt(b.value))}</b>; "
+                     f" = <b>{_e(fmt(best_value(data)))}</b>{_e(runs_note(data))}; "
                      + _e(", ".join(f"{k}={v}" for k, v in b.params.items())) + "</p>")
         parts.append(f"<pre><code>{_e(data.best_command or '(no command recorded)')}</code></pre>")
 
     parts.append('<h2 id="workloads">Per workload: baseline vs best</h2>')
     if data.workload_rows:
-        parts.append(f'<p class="meta">{_e(data.comparison_source)}. Change: ratio of geometric '
-                     "means with a 95% Welch t-interval on the log scale.</p>")
+        parts.append(f'<p class="meta">{_prose(data.comparison_source)}. Values are geometric '
+                     "means over the repeats; change is their ratio, with a 95% Welch t-interval "
+                     "on the log scale.</p>")
         rows = [[r.workload, r.label, fmt(r.baseline), fmt(r.best),
                  _change_cell(r.change.text(), r.change.pct, r.change.low, r.change.high,
                               r.higher_is_better),

