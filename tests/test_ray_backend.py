@@ -87,5 +87,7 @@ def test_killed_driver_then_resume_finishes_the_study(tmp_path, studies, ray_clu
     study = load(studies, "raykill")
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 2
-    assert {t.user_attrs.get("retry_of") for t in complete} == {0, 1}
+    interrupted = {t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL}
+    assert interrupted  # at least one trial was running when the driver died ...
+    assert interrupted <= {t.user_attrs.get("retry_of") for t in complete}  # ... and was re-run
     assert orphans.orphans() == []
