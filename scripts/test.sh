@@ -3,6 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
+scripts/setup_browser.sh || exit 1   # headless Chromium for the report test
 export TUNER_REQUIRE_ENGINES=1   # a missing engine fails the engine tests instead of skipping them
 .venv/bin/python -m pytest -ra "$@"
 rc=$?

@@ -117,3 +117,36 @@ def test_engine_killed_mid_benchmark(tmp_path, studies, vllm_bin, tiny_model_pat
     assert first.constraints["engine_start"] == 1.0
     assert second.state == optuna.trial.TrialState.COMPLETE  # the study went on
     assert_no_leftovers()
+
+
+def test_a_generalising_failure_prunes_its_siblings_without_launching(tmp_path, studies, vllm_bin,
+                                                                        tiny_model_path):
+    """vLLM on CPU cannot load AWQ for an unquantized model. With the rules switched off the first
+    AWQ launch fails (unsupported-quantization, which generalises over engine x quantization x
+    device); every later AWQ proposal is pruned, learned from that launch, and never launched."""
+    space = space_file(tmp_path, "learned", n_trials=2, baselines=[
+        {"name": "awq-probe", "engine": "vllm", "params": {"quantization": "awq"}}])
+    data = yaml.safe_load(space.read_text())
+    vllm = data["engines"]["vllm"]
+    vllm["check_rules"] = False
+    vllm["params"] = {"quantization": {"type": "categorical", "choices": ["none", "awq"],
+                                       "default": "none"},
+                      "max_num_seqs": {"type": "categorical", "choices": [8, 16, 32, 64]}}
+    data.update(sampler="random", seed=3)
+    space.write_text(yaml.safe_dump(data))
+    proc = run_tune("start", "--space", str(space))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = load(studies, "learned").trials
+    probe = trials[0]
+    assert probe.user_attrs["failure_class"] == "unsupported-quantization"
+    assert probe.user_attrs["learned_key"]
+    learned = [t for t in trials if t.user_attrs.get("pruned_rule") == "learned"]
+    assert learned, "no AWQ proposal came after the probe; pick another seed"
+    for t in learned:
+        assert t.params["quantization"] == "awq"
+        assert t.state == optuna.trial.TrialState.PRUNED and "engine_pgid" not in t.user_attrs
+        assert t.user_attrs["pruned_source"] == "trial 0"
+    launched_awq = [t for t in trials if t.params.get("quantization") == "awq"
+                    and "engine_pgid" in t.user_attrs]
+    assert launched_awq == [probe]  # known-infeasible launches after the lesson: 0
+    assert "learned" in run_tune("status", "learned").stdout

@@ -87,10 +87,9 @@ class TrialRecorder:
             trial.set_user_attr("rule_notes", notes)
         prune = next((v for v in verdicts if v.severity == "prune"), None)
         learned = rules.covered_by(self._learned(), engine, knobs, self.hardware.device_key)
-        if prune is not None and not check_rules:
-            trial.set_user_attr("predicted_by_rule", prune.rule_id)
-            return False
         if prune is not None:
+            trial.set_user_attr("predicted_by_rule", prune.rule_id)
+        if prune is not None and check_rules:
             why = {"pruned_rule": prune.rule_id, "pruned_reason": prune.reason,
                    "pruned_source": prune.source}
         elif learned is not None:

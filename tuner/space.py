@@ -68,6 +68,9 @@ class EngineChoice(_Strict):
     startup_timeout_s: float | None = None
     params: dict[str, Param] = {}
     fixed: dict[str, Scalar] = {}  # knobs set to one value in every trial
+    # false: launch configs the engine's feasibility rules would prune (to verify the rules on a
+    # new engine version); failures then still teach the study through learned infeasibility.
+    check_rules: bool = True
 
     @field_validator("command")
     @classmethod

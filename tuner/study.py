@@ -377,7 +377,7 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         task = prepare(handle, trial, recorder)
         reporter.trial_started(task.number, finished_count(handle.study) + 1, total, task.label)
         if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
-                                     check_rules=_checks_rules(handle.space, trial)):
+                                     check_rules=_checks_rules(handle.space, trial, task.engine)):
             raise optuna.TrialPruned()
         try:
             outcome = execute(task, on_phase=reporter.phase,
@@ -424,11 +424,12 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
                                   callbacks=[finished])
 
 
-def _checks_rules(space: Space, trial: optuna.Trial) -> bool:
-    """Baselines may opt out (``check_rules: false``): a probe launched to confirm that a rule
-    still holds on this engine version."""
+def _checks_rules(space: Space, trial: optuna.Trial, engine: str) -> bool:
+    """A baseline or a whole engine may opt out (``check_rules: false``): a probe launched to
+    confirm that a rule still holds on this engine version."""
     arm = trial.user_attrs.get("arm", "search")
-    return next((b.check_rules for b in space.baselines if b.name == arm), True)
+    baseline = next((b.check_rules for b in space.baselines if b.name == arm), True)
+    return baseline and space.engines[engine].check_rules
 
 
 def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:
