@@ -61,3 +61,19 @@ def test_multi_objective_study_lists_a_pareto_front(tmp_path, studies, vllm_bin,
     assert front and all(t.user_attrs["feasible"] for t in front)
     best = run_tune("best", "pareto")
     assert best.returncode == 0 and "p99_ttft_ms (min)" in best.stdout
+
+
+def test_max_load_under_slo_on_one_launched_server(tmp_path, studies, vllm_bin, tiny_model_path):
+    space = small_space(tmp_path, num_prompts=16, n_trials=1, name="maxload",
+                        baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
+    _edit(space, objective={"slos": {"p99_ttft_ms": 120000, "failed_pct": 0},
+                            "max_load": {"knob": "max_concurrency", "low": 1, "high": 8,
+                                         "probes": 3}})
+    proc = run_tune("start", "--space", str(space))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (t,) = load(studies, "maxload").trials
+    curve = t.user_attrs["load_curve"]
+    assert [p["load"] for p in curve] == [1, 2, 4]  # three benchmarks on one launch
+    assert all(p["met"] for p in curve)  # a generous SLO: the largest probed load wins
+    assert t.value == 4 and t.user_attrs["max_load"] == 4
+    assert len(list((studies / "maxload-files" / "trials" / "trial-0000").glob("bench-*.json"))) == 3

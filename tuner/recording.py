@@ -18,20 +18,12 @@ from . import rules
 from .fingerprint import environment, model_revision
 from .hardware import detect
 from .redact import redact_argv, redact_env, redact_text, secret_values
+from .slo import metric_value
 from .space import Space
 from .storage import artifact_store
 from .trial_runner import HarnessError, TrialOutcome
 
 SCREEN = "screen"
-
-
-def metric_value(metrics: dict, name: str) -> float | None:
-    """A benchmark metric, or ``failed_pct``: the share of requests that failed."""
-    if name == "failed_pct":
-        total = metrics.get("completed", 0) + metrics.get("failed", 0)
-        return 100.0 * metrics.get("failed", 0) / total if total else 100.0
-    value = metrics.get(name)
-    return None if value is None else float(value)
 
 
 # Attributes kept flat on each trial so the dashboard shows them as (sortable) columns.
@@ -167,6 +159,8 @@ class TrialRecorder:
         if outcome.ok and outcome.screened_out:
             trial.set_user_attr("status", "screened-out")
             return None
+        if objective.max_load is not None:
+            return self._record_max_load(trial, outcome)
         slack = self._slo_slack(workloads) if outcome.ok else None
         for metric in objective.slos:
             # Unknown (engine refused) counts as violated, so every trial has the same keys.
@@ -185,6 +179,16 @@ class TrialRecorder:
             values = [self._aggregate(workloads, t.metric, t.direction)
                       for t in objective.targets()]
         return values if objective.multi else values[0]
+
+    def _record_max_load(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
+        """The value is the load; a config that meets the SLOs at no load is infeasible."""
+        trial.set_user_attr("load_curve", outcome.load_curve)
+        value = outcome.metrics.get("max_load", 0.0) if outcome.ok else 0.0
+        trial.set_constraint("slo:max_load", 0.0 if value > 0 else 1.0)
+        trial.set_user_attr("max_load", value)
+        trial.set_user_attr("status", "infeasible" if not outcome.ok
+                            else "ok" if value > 0 else "slo-violated")
+        return float(value)
 
     def _aggregate(self, workloads: dict[str, dict], metric: str, direction: str) -> float:
         """One number over the workloads: their weighted mean, or the worst case."""

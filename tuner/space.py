@@ -131,6 +131,15 @@ class Target(_Strict):
     direction: Literal["maximize", "minimize"] = "maximize"
 
 
+class MaxLoad(_Strict):
+    """Score a config by the highest load it sustains within the SLOs (``objective.max_load``)."""
+
+    knob: Literal["request_rate", "max_concurrency"] = "request_rate"
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+    probes: int = Field(6, ge=2, le=20)
+
+
 class Objective(_Strict):
     """What a trial scores. One metric, or several (``metrics``: a Pareto front), each optionally
     held to SLOs (``slos``: metric → upper bound; ``failed_pct`` is the share of failed requests),
@@ -141,9 +150,23 @@ class Objective(_Strict):
     metrics: list[Target] = []
     slos: dict[str, float] = {}
     aggregate: Literal["weighted", "worst"] = "weighted"
+    max_load: MaxLoad | None = None
 
     def targets(self) -> list[Target]:
+        if self.max_load is not None:
+            return [Target(metric="max_load", direction="maximize")]
         return list(self.metrics) or [Target(metric=self.metric, direction=self.direction)]
+
+    @model_validator(mode="after")
+    def _check(self) -> "Objective":
+        if self.max_load is not None:
+            if not self.slos:
+                raise ValueError("max_load needs slos: the load is the highest that meets them")
+            if self.metrics:
+                raise ValueError("max_load is a single objective; remove metrics")
+            if self.max_load.low > self.max_load.high:
+                raise ValueError("max_load.low is greater than max_load.high")
+        return self
 
     @property
     def multi(self) -> bool:
@@ -223,6 +246,8 @@ class Space(_Strict):
                 raise ValueError("workload names must be unique")
         if self.fidelity and (self.objective.multi or len(self.all_workloads()) > 1):
             raise ValueError("fidelity screening needs one objective and one workload")
+        if self.objective.max_load and (self.fidelity or len(self.all_workloads()) > 1):
+            raise ValueError("max_load works on one workload, without fidelity screening")
         if self.sampler == "greedy" and self.objective.multi:
             raise ValueError("sampler greedy needs a single objective")
         return self

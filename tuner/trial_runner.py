@@ -18,6 +18,7 @@ from .engine_spec import load_engine
 from .failures import Failure, classify_exit
 from .fingerprint import engine_version
 from .launcher import EngineStartFailed, Server, free_port, start, wait_ready
+from .load_search import describe, find_max_load
 from .paths import expand
 from .space import Scalar, Space, Workload
 from .telemetry import TelemetrySampler, derived
@@ -43,6 +44,7 @@ class TrialOutcome:
     workload_metrics: dict[str, dict] = field(default_factory=dict)
     screened_out: bool = False
     telemetry: dict[str, dict] = field(default_factory=dict)
+    load_curve: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -137,7 +139,12 @@ def run_trial(
             return outcome
         outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
         t_bench = time.monotonic()
-        for i, workload in enumerate(workloads or [space.workload]):
+        primary_errors: list[str] = []
+        if space.objective.max_load is not None:
+            on_phase("searching the max load under the SLOs")
+            _search_max_load(space, plan, server, trial_dir, outcome)
+            workloads = []
+        for i, workload in enumerate(workloads if workloads is not None else [space.workload]):
             on_phase("benchmarking" + (f" {workload.name}" if workloads and len(workloads) > 1 else ""))
             metrics_url = server.base_url + spec.metrics_path if spec.metrics_path else None
             with TelemetrySampler(server.pgid, metrics_url) as sampler:
@@ -153,6 +160,7 @@ def run_trial(
             outcome.client_saturated |= result.client_saturated
             if i == 0:
                 outcome.metrics, outcome.result_path = dict(metrics), path
+                primary_errors = result.errors
             if not server.alive():
                 break
             if i == 0 and gate is not None and not gate(result.metrics):
@@ -164,8 +172,8 @@ def run_trial(
             outcome.failure = Failure(failure.failure_class,
                                       "server died during the benchmark: " + failure.reason,
                                       failure.evidence, failure.generalises_on)
-        elif not result.metrics.get("completed"):
-            first = result.errors[0] if result.errors else "no request completed"
+        elif not outcome.metrics.get("completed"):
+            first = primary_errors[0] if primary_errors else "no request completed"
             outcome.failure = Failure("requests-failed", "every benchmark request failed", first)
         return outcome
     finally:
@@ -174,6 +182,31 @@ def run_trial(
         server.stop()
         outcome.timings["teardown_s"] = time.monotonic() - t_down
         outcome.timings["total_s"] = time.monotonic() - t0
+
+
+def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: Path,
+                     outcome: TrialOutcome) -> None:
+    """Benchmark the one workload at several loads on this server; the best load that met the
+    SLOs becomes the ``max_load`` metric, next to the metrics measured at that load."""
+    ml, workload = space.objective.max_load, space.workload
+    integer = ml.knob == "max_concurrency"
+
+    def measure(load: float) -> dict:
+        w = workload.model_copy(update={ml.knob: int(load) if integer else load,
+                                        "name": f"{ml.knob}-{load:g}"})
+        result = run_benchmark(bench_config(space, w, plan, server.base_url))
+        _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
+        outcome.client_saturated |= result.client_saturated
+        return dict(result.metrics)
+
+    best, curve = find_max_load(measure, low=ml.low, high=ml.high, probes=ml.probes,
+                                slos=space.objective.slos, integer=integer)
+    at_best = next((p.metrics for p in reversed(curve) if p.met and p.load == best),
+                   curve[0].metrics)
+    outcome.metrics = {**at_best, "max_load": best}
+    outcome.workload_metrics[workload.name] = outcome.metrics
+    outcome.load_curve = describe(curve, space.objective.slos)
+    outcome.result_path = trial_dir / f"bench-{ml.knob}-{curve[-1].load:g}.json"
 
 
 def _write_json(path: Path, data: dict) -> None:
