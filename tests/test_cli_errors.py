@@ -1,7 +1,5 @@
 """Bad input: one clear message naming the input, exit code 2, nothing half-written."""
 
-import sys
-from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner

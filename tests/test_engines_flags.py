@@ -11,7 +11,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tuner.engine_spec import EngineSpec, Knob, load_engine

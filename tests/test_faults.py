@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -16,7 +15,6 @@ import pytest
 import yaml
 
 from tuner import orphans
-from tuner.launcher import group_members
 from tuner.paths import SPACES_DIR
 
 from .test_study_vllm import _running_engine, _wait_for, load, run_tune

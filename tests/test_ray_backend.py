@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import optuna
 import pytest
 
-from tuner.launcher import free_port, group_members
+from tuner.launcher import free_port
 from tuner import orphans
 
 from .test_study_vllm import _wait_for, load, small_space

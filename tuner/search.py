@@ -7,12 +7,12 @@ Every strategy is an Optuna sampler, so the live study and the replay benchmark
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any, Sequence
 
 import optuna
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
-                                  IntDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from .yaml_io import InputError
@@ -29,11 +29,9 @@ def make_sampler(name: str, *, seed: int | None, defaults: dict[str, Any] | None
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
-        try:
-            import torch  # noqa: F401  GPSampler needs it (Optuna 5)
-        except ImportError:
+        if importlib.util.find_spec("torch") is None:  # Optuna 5's GPSampler needs it
             raise InputError("sampler 'gp' needs PyTorch (pip install torch); "
-                             "use 'tpe' or install it") from None
+                             "use 'tpe' or install it")
         return optuna.samplers.GPSampler(seed=seed)
     if name == "grid":
         if not grid:

@@ -7,7 +7,6 @@ local studies, Ray workers and `tune evaluate`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
