@@ -12,7 +12,8 @@ if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; the
   .venv/bin/pip install -q -e '.[test,dashboard,postgres,ray]' 2>&1 | grep -v "^WARNING: Location" || true
   # Ray ships a console script named `tune` too; reinstalling ours last makes `tune` this tool.
   .venv/bin/pip install -q --no-deps --force-reinstall -e . 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/tune --help | grep -q "Find the fastest way" || { echo "tune console script is not tuner's" >&2; exit 1; }
+  # (grep without -q: -q would close the pipe early, and pipefail would count tune's SIGPIPE)
+  .venv/bin/tune --help | grep "Find the fastest way" >/dev/null || { echo "tune console script is not tuner's" >&2; exit 1; }
   touch .venv/.tuner-installed
 fi
 scripts/setup_engines.sh "$@"
