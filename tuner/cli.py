@@ -27,7 +27,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest way to serve an LLM on given hardware.")
 model_app = typer.Typer(no_args_is_help=True, help="Generate local models for real engine runs.")
 app.add_typer(model_app, name="model")
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -209,8 +209,10 @@ def status(
     params = list(dict.fromkeys(k for t in trials for k in t.params))
     table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, "
                         f"objective {metric}", title_justify="left")
-    for col in ("#", "arm", "state", "value", *params, "p99 TTFT ms", "mean TPOT ms", "failure"):
-        table.add_column(col, no_wrap=True)
+    table.add_column("#", no_wrap=True, min_width=3, justify="right")
+    for col in ("arm", "state", "value", *params, "p99 TTFT ms", "mean TPOT ms", "failure"):
+        table.add_column(col, no_wrap=True, max_width=28 if col == "failure" else 16,
+                         min_width=9 if col in ("value", "state") else None)
     for t in trials:
         ua = t.user_attrs
         value = ("/".join(f"{v:,.1f}" for v in t.values)
