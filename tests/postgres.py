@@ -7,6 +7,7 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -25,8 +26,10 @@ def available() -> bool:
 class Cluster:
     """As root the server runs as the `postgres` user (initdb refuses root)."""
 
-    def __init__(self, base: Path):
-        base.mkdir(parents=True, exist_ok=True)
+    def __init__(self) -> None:
+        # Not under pytest's tmp_path: that lives in a 0700 folder the postgres user cannot enter.
+        base = Path(tempfile.mkdtemp(prefix="tuner-pg-", dir="/tmp"))
+        os.chmod(base, 0o755)
         self.base, self.data, self.sock = base, base / "data", base / "sock"
         self.sock.mkdir(exist_ok=True)
         self.as_user: list[str] = []
@@ -52,10 +55,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(base: Path) -> Iterator[Cluster]:
-    c = Cluster(base)
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
     c.start()
     try:
         yield c
     finally:
         c.stop("immediate")
+        shutil.rmtree(c.base, ignore_errors=True)

@@ -21,7 +21,7 @@ TUNE = os.path.join(os.path.dirname(sys.executable), "tune")
 
 def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_path):
     space = small_space(tmp_path, num_prompts=8, n_trials=6, name="shared")
-    with postgres.cluster(tmp_path / "pg") as pg:
+    with postgres.cluster() as pg:
         url = pg.url
         workers = [subprocess.Popen([TUNE, "start", "--space", str(space), "--study", "shared",
                                      "--storage", url], stdout=subprocess.PIPE,
@@ -50,7 +50,7 @@ def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_
     from .test_study_vllm import _wait_for
     space = small_space(tmp_path, num_prompts=400, n_trials=2, name="outage",
                         baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
-    with postgres.cluster(tmp_path / "pg") as pg:
+    with postgres.cluster() as pg:
         tune = subprocess.Popen([TUNE, "start", "--space", str(space), "--storage", pg.url],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         log = studies / "outage-files" / "trials" / "trial-0000" / "server.log"

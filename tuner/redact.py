@@ -7,20 +7,27 @@ import re
 
 _SECRET_FLAGS = {"--api-key", "--api_key", "--hf-token", "--hf_token", "--token", "--password"}
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+# `--api-key ${MY_KEY}` in a space file is a reference, not a secret: it is kept, so a resumed
+# study can expand it again from its environment.
+_ENV_REFERENCE = re.compile(r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$")
 MASK = "***"
+
+
+def _mask(value: str) -> str:
+    return value if _ENV_REFERENCE.match(value) else MASK
 
 
 def redact_argv(argv: list[str]) -> list[str]:
     out, hide_next = [], False
     for arg in argv:
         if hide_next:
-            out.append(MASK)
+            out.append(_mask(arg))
             hide_next = False
             continue
-        flag, eq, _ = arg.partition("=")
+        flag, eq, value = arg.partition("=")
         if flag in _SECRET_FLAGS:
             if eq:
-                out.append(f"{flag}={MASK}")
+                out.append(f"{flag}={_mask(value)}")
             else:
                 out.append(arg)
                 hide_next = True
@@ -30,7 +37,16 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (MASK if _SECRET_ENV.search(k) and v else v) for k, v in env.items()}
+    return {k: (_mask(v) if _SECRET_ENV.search(k) and v else v) for k, v in env.items()}
+
+
+def redact_space(space: dict) -> dict:
+    """A space as stored in a study: literal secrets in engines' args and env are masked."""
+    engines = {}
+    for name, engine in space.get("engines", {}).items():
+        engines[name] = {**engine, "fixed_args": redact_argv(engine.get("fixed_args") or []),
+                         "env": redact_env(engine.get("env") or {})}
+    return {**space, "engines": engines}
 
 
 def secret_values(argv: list[str], env: dict[str, str]) -> list[str]:

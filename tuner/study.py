@@ -27,6 +27,7 @@ from .fingerprint import environment
 from .launcher import check_command
 from .paths import expand
 from .recording import SCREEN, TrialRecorder
+from .redact import redact_space
 from .search import GreedySampler, make_sampler, screen_threshold
 from .space import ENGINE_PARAM, Space, Workload, baseline_params, grid_values, space_from_dict, suggest
 from .storage import open_storage, sqlite_path, study_names, trial_dir
@@ -162,7 +163,7 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
         if not join:
             raise InputError(f"study {name!r} was just created by another process") from None
         return _join(space, name, url)
-    study.set_user_attr("space", space.model_dump(mode="json"))
+    study.set_user_attr("space", redact_space(space.model_dump(mode="json")))
     study.set_user_attr("n_trials", space.budget.n_trials)
     study.set_user_attr("fingerprint", fingerprint())
     if linked_from:
@@ -175,9 +176,10 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
 
 def _join(space: Space, name: str, url: str) -> StudyHandle:
     handle = load(name, url)
-    if handle.space != space:
+    if handle.study.user_attrs["space"] != redact_space(space.model_dump(mode="json")):
         raise InputError(f"study {name!r} exists with a different space; workers of one study "
                          "must use the same space file")
+    handle.space = space  # the caller's copy still holds the secrets the stored one masks
     return handle
 
 
