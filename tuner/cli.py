@@ -107,13 +107,27 @@ def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int], b
             _fail(str(exc), 1)
         except InputError as exc:
             _fail(str(exc))
-        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+        except Exception as exc:
+            cause = _storage_cause(exc)
+            if cause is None:
+                raise
             progress.stop()
-            cause = getattr(exc, "orig", None) or exc.__cause__ or exc
             _fail(f"the study storage {handle.url} became unavailable ({type(cause).__name__}: "
                   f"{str(cause).strip().splitlines()[0] if str(cause).strip() else cause!r}). The "
                   f"engine was stopped and completed trials are saved; once the storage is back, "
                   f"continue with: tune resume {handle.name} --storage {handle.url}", 1)
+
+
+def _storage_cause(exc: BaseException) -> BaseException | None:
+    """The database error behind ``exc``, if any: when the storage fails mid-trial, Optuna's own
+    bookkeeping can fail on top of it, and the first error is the one that explains."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)):
+            return getattr(exc, "orig", None) or exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:

@@ -6,6 +6,7 @@ Artifacts and logs sit beside an SQLite file, or under ``studies/`` for server d
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -89,12 +90,18 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
         # Server databases serve several workers: a dead worker's trial goes stale and is failed,
         # then re-queued by tuner.study.recover.
         heartbeat = {"heartbeat_interval": 30, "grace_period": 120}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
-    except Exception as exc:  # driver missing, server down, auth failed: say which URL
-        raise InputError(f"cannot open storage {url!r}: {exc}") from None
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except Exception as exc:
+            # Workers starting together on an empty database race to create Optuna's schema;
+            # the losers see "already exists" and find the schema there on a second look.
+            if attempt < 4 and "already exists" in str(exc):
+                time.sleep(0.5 + attempt)
+                continue
+            raise InputError(f"cannot open storage {url!r}: {exc}") from None
 
 
 def study_names(url: str) -> list[str]:
