@@ -275,14 +275,18 @@ def finished_count(study: optuna.Study) -> int:
                 if "pruned_rule" not in t.user_attrs])
 
 
-def _owner_alive(t: FrozenTrial) -> bool:
+def _owner_alive(t: FrozenTrial, *, exclusive: bool) -> bool:
     """Is the worker that owns this RUNNING trial still alive? Other hosts are assumed alive
-    (the storage heartbeat, where there is one, fails their stale trials)."""
+    (the storage heartbeat, where there is one, fails their stale trials), and so is a trial just
+    asked for whose worker has not stamped it yet — unless this process holds the study alone
+    (SQLite), in which case nobody else can be running it."""
     if t.user_attrs.get("worker_host") not in (None, platform.node()):
         return True
     pid, started = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_started")
+    if pid is None:
+        return not exclusive
     try:
-        return pid is not None and abs(psutil.Process(pid).create_time() - started) < 0.01
+        return abs(psutil.Process(pid).create_time() - started) < 0.01
     except (psutil.NoSuchProcess, TypeError):
         return False
 
@@ -295,8 +299,9 @@ def recover(handle: StudyHandle) -> list[str]:
     """
     notes = [f"killed orphaned engine process group {e.pgid} ({e.label})" for e in orphans.reap()]
     study = handle.study
+    exclusive = sqlite_path(handle.url) is not None  # run() holds the single-writer lock
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if _owner_alive(t):
+        if _owner_alive(t, exclusive=exclusive):
             continue
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
