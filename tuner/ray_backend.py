@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from .recording import TrialRecorder
 from .study import (HarnessError, Reporter, StudyHandle, TrialTask, _Quiet, _sigterm_as_interrupt,
-                    execute, finished_count, prepare, recover)
+                    execute, finished_count, prepare, recover, single_writer)
 from .trial_runner import TrialOutcome
 from .yaml_io import InputError
 
@@ -76,7 +76,7 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
     remote = ray.remote(_run_task)
     recorder = TrialRecorder(handle.study, handle.space, handle.url)
     in_flight: dict = {}
-    with _sigterm_as_interrupt():
+    with single_writer(handle.url), _sigterm_as_interrupt():
         for note in recover(handle):
             reporter.note(note)
         try:
