@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from .recording import TrialRecorder
 from .study import (HarnessError, Reporter, StudyHandle, TrialTask, _Quiet, _sigterm_as_interrupt,
-                    execute, finished_count, prepare, recover, single_writer)
+                    checks_rules, execute, finished_count, prepare, recover, single_writer)
 from .trial_runner import TrialOutcome
 from .yaml_io import InputError
 
@@ -84,6 +84,12 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
                 while len(in_flight) < slots and finished_count(handle.study) + len(in_flight) < total:
                     trial = handle.study.ask()
                     task = prepare(handle, trial, recorder)
+                    if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
+                                                 check_rules=checks_rules(handle.space, trial,
+                                                                          task.engine)):
+                        handle.study.tell(trial, state=TrialState.PRUNED)  # never launched
+                        reporter.trial_finished(handle.study._storage.get_trial(trial._trial_id))
+                        continue
                     gpus = _gpus(task) if cluster_gpus else 0
                     ref = remote.options(num_gpus=gpus, num_cpus=0.5).remote(task)
                     in_flight[ref] = (trial, task)

@@ -384,7 +384,7 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         task = prepare(handle, trial, recorder)
         reporter.trial_started(task.number, finished_count(handle.study) + 1, total, task.label)
         if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
-                                     check_rules=_checks_rules(handle.space, trial, task.engine)):
+                                     check_rules=checks_rules(handle.space, trial, task.engine)):
             raise optuna.TrialPruned()
         try:
             outcome = execute(task, on_phase=reporter.phase,
@@ -431,7 +431,7 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
                                   callbacks=[finished])
 
 
-def _checks_rules(space: Space, trial: optuna.Trial, engine: str) -> bool:
+def checks_rules(space: Space, trial: optuna.Trial, engine: str) -> bool:
     """A baseline or a whole engine may opt out (``check_rules: false``): a probe launched to
     confirm that a rule still holds on this engine version."""
     arm = trial.user_attrs.get("arm", "search")
