@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .recording import TrialRecorder
-from .study import (HarnessError, Reporter, StudyHandle, TrialTask, _Quiet, _sigterm_as_interrupt,
+from .study import (MAX_PRUNED_IN_A_ROW, HarnessError, Reporter, StudyHandle, TrialTask, _Quiet, _sigterm_as_interrupt,
                     checks_rules, execute, finished_count, prepare, recover, single_writer)
 from .trial_runner import TrialOutcome
 from .yaml_io import InputError
@@ -76,6 +76,7 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
     remote = ray.remote(_run_task)
     recorder = TrialRecorder(handle.study, handle.space, handle.url)
     in_flight: dict = {}
+    pruned_in_a_row = 0
     with single_writer(handle.url), _sigterm_as_interrupt():
         for note in recover(handle):
             reporter.note(note)
@@ -89,7 +90,13 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
                                                                           task.engine)):
                         handle.study.tell(trial, state=TrialState.PRUNED)  # never launched
                         reporter.trial_finished(handle.study._storage.get_trial(trial._trial_id))
+                        pruned_in_a_row += 1
+                        if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                            reporter.note("every recent proposal was known to be infeasible: "
+                                          "stopping")
+                            break
                         continue
+                    pruned_in_a_row = 0
                     gpus = _gpus(task) if cluster_gpus else 0
                     ref = remote.options(num_gpus=gpus, num_cpus=0.5).remote(task)
                     in_flight[ref] = (trial, task)
@@ -97,6 +104,8 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
                                            total, task.label)
                 if not in_flight:
                     return
+                if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                    total = 0  # let the running trials finish, start no more
                 (ref,), _ = ray.wait(list(in_flight), num_returns=1)
                 trial, task = in_flight.pop(ref)
                 _finish(ray, handle, recorder, trial, task, ref)
