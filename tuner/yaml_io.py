@@ -46,9 +46,10 @@ def load_yaml(path: Path) -> tuple[Any, dict]:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    loader = _LineLoader(text)
-    loader.key_lines = {}
+    loader = None
     try:
+        loader = _LineLoader(text)  # the reader already rejects control characters here
+        loader.key_lines = {}
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -59,7 +60,8 @@ def load_yaml(path: Path) -> tuple[Any, dict]:
             problem += f" ({ctx} at line {ctx_mark.line + 1})"
         raise InputError(f"{where}: invalid YAML: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, loader.key_lines
 
 
