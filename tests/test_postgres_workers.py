@@ -33,8 +33,10 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
 
     finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
                                                  optuna.trial.TrialState.PRUNED)]
-    # Workers check the budget before asking for a trial, so at most workers-1 extra can start.
-    assert 6 <= len(finished) <= 9, [(t.number, t.state) for t in trials]
+    # Configs pruned by a rule cost no launch and no budget. Workers check the budget before
+    # asking for a trial, so at most workers-1 extra launches can start near the end.
+    launched = [t for t in finished if "pruned_rule" not in t.user_attrs]
+    assert 6 <= len(launched) <= 9, [(t.number, t.state) for t in trials]
     assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING,
                                                  optuna.trial.TrialState.WAITING)]
     arms = Counter(t.user_attrs.get("arm") for t in finished)
