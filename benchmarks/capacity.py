@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -194,6 +195,8 @@ def main() -> None:
     if a._client:
         return _client_main(a)
 
+    # SIGTERM unwinds like Ctrl-C, so the stub server started below is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tokenizer = _tokenizer(a.tokenizer)
     vllm_bin = None if a.skip_vllm else a.vllm_bin
     if vllm_bin and not Path(vllm_bin).exists():

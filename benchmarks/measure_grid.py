@@ -14,7 +14,10 @@ The data file is rewritten after every launch, so a run can be watched and resum
 
     .venv/bin/python benchmarks/measure_grid.py                      # one pass + 3 relaunches
     .venv/bin/python benchmarks/measure_grid.py --resume --passes 2  # every config a 2nd time
-    .venv/bin/python benchmarks/measure_grid.py --attach-telemetry   # CPU telemetry, see below
+
+Each benchmark's engine CPU telemetry (engine CPU-seconds, tokens per engine CPU-second) is
+copied from its result JSON into the data file; --attach-telemetry adds it afterwards to launches
+recorded without it (the trial dirs under --work-dir must still exist).
 """
 
 from __future__ import annotations
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         _write(Path(args.out), data)
         return 0
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)  # stop cleanly: run_trial tears the engine down
     space = load_space(args.space)
     engine, points = grid_points(space)
     order = list(range(len(points)))
@@ -262,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     _write(out, data)
     print(f"done: {out}")
     return 0
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _write(path: Path, data: dict) -> None:

@@ -21,6 +21,7 @@ measured full repeats.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import statistics
@@ -35,9 +36,10 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import results
+from tuner.recording import TrialRecorder
 from tuner.search import GreedySampler, screen_threshold
 from tuner.space import Fidelity, Space, load_space, suggest
-from tuner.study import TrialTask, _sampler  # the live study's sampler construction
+from tuner.study import MAX_PRUNED_IN_A_ROW, TrialTask, _sampler  # the live study's own pieces
 from tuner.yaml_io import InputError
 
 HERE = Path(__file__).resolve().parent
@@ -57,8 +59,18 @@ STRATEGIES: dict[str, tuple[str, bool]] = {
     # Optuna's 10 (with 24 trials, Optuna's default makes the first 10 trials random search).
     "tpe-startup4": ("tpe", False),
     "tpe-mf-startup4": ("tpe", True),
+    # What-if: a config already measured in this study is not relaunched; the study is told its
+    # earlier value at no cost and the budget counts launches (stop after 50 cached in a row).
+    "tpe-cache": ("tpe", False),
+    # What-if: screening with a 30 % margin instead of the space's (10 % here).
+    "tpe-mf-m30": ("tpe", True),
 }
+MARGIN = {"tpe-mf-m30": 0.3}
+CACHED = {"tpe-cache"}
+MAX_CACHED_IN_A_ROW = 50
 WHAT_IF = {
+    "tpe-mf-m30": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "tpe-cache": lambda seed: optuna.samplers.TPESampler(seed=seed),
     "tpe-startup4": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
     "tpe-mf-startup4": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
 }
@@ -143,6 +155,30 @@ class Grid:
             return 0.0
         return v / self.optimum if self.direction == "maximize" else self.optimum / v
 
+    @property
+    def best_params(self) -> dict:
+        return next(p.params for p in self.points if p.feasible and p.true_value == self.optimum)
+
+    def denoised(self) -> "Grid":
+        """The same grid without measurement noise: every launch of a config returns its true
+        value (and its mean screen), at its mean cost. Separates what the search finds from what
+        the noise makes it misreport."""
+        points = []
+        for p in self.points:
+            ok = [launch for launch in p.launches if launch.ok and launch.full_values]
+            if not ok:
+                cost = statistics.fmean(launch.launch_s for launch in p.launches)
+                points.append(Point(dict(p.params), [Launch(False, cost)]))
+                continue
+            screens = [launch.screen_value for launch in ok if launch.screen_value is not None]
+            points.append(Point(dict(p.params), [Launch(
+                True, statistics.fmean(launch.launch_s for launch in ok),
+                statistics.fmean(screens) if screens else None,
+                statistics.fmean(launch.screen_s for launch in ok),
+                (p.true_value,),
+                (statistics.fmean(s for launch in ok for s in launch.full_s),))]))
+        return Grid(self.knobs, points, self.direction, {**self.meta, "noise": "none"})
+
     @classmethod
     def from_json(cls, data: dict, metric: str = "value") -> "Grid":
         """``metric``: "value" (the space's objective) or another number recorded per benchmark
@@ -178,9 +214,9 @@ class Grid:
 
 @dataclass
 class TrialRec:
-    number: int
+    number: int           # the Optuna trial number
     params: dict
-    state: str            # ok | infeasible | screened-out
+    state: str            # ok | infeasible | screened-out | rule-pruned (no launch)
     value: float | None   # what the study was told (the drawn full repeat; 0 for a refused config)
     seconds: float        # engine-seconds charged for this trial
     cum_seconds: float
@@ -197,7 +233,10 @@ class Run:
 
     @property
     def launches(self) -> int:
-        return len(self.trials)
+        return sum(t.state != "rule-pruned" for t in self.trials)
+
+    def launches_by(self, k: int) -> int:
+        return sum(t.state != "rule-pruned" for t in self.trials[:k])
 
     @property
     def seconds(self) -> float:
@@ -208,12 +247,26 @@ class Run:
         return self.trials[-1].score if self.trials else 0.0
 
     def reach(self, tol: float = TOLERANCE) -> tuple[int | None, float | None]:
-        """First trial (1-based) after which the reported config is within ``tol`` of the
-        optimum, and the engine-seconds spent by then; (None, None) if never."""
-        for t in self.trials:
+        """First trial (1-based, as the budget counts them: rule-pruned trials count, cached
+        what-if trials do not) after which the reported config is within ``tol`` of the optimum,
+        and the engine-seconds spent by then; (None, None) if never."""
+        for i, t in enumerate(self.trials):
             if t.score >= 1 - tol:
-                return t.number + 1, t.cum_seconds
+                return i + 1, t.cum_seconds
         return None, None
+
+    def reach_launches(self, tol: float = TOLERANCE) -> int | None:
+        k, _ = self.reach(tol)
+        return None if k is None else self.launches_by(k)
+
+    def score_at_launches(self, n: int) -> float:
+        """Score once ``n`` engines have been launched (later rule-pruned trials included)."""
+        best = 0.0
+        for i, t in enumerate(self.trials):
+            if self.launches_by(i + 1) > n:
+                break
+            best = t.score
+        return best
 
     def score_at_trials(self, k: int) -> float:
         """Score after ``k`` trials (a strategy that stopped earlier keeps its last answer)."""
@@ -244,7 +297,21 @@ def make_study(space: Space, strategy: str, seed: int) -> optuna.Study:
                                pruner=optuna.pruners.NopPruner())
 
 
-def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int) -> Run:
+_RECORDERS: dict[int, TrialRecorder] = {}
+
+
+def _recorder(space: Space, study: optuna.Study) -> TrialRecorder:
+    """The live TrialRecorder (for its pre-launch rule check), pointed at this study."""
+    base = _RECORDERS.get(id(space))
+    if base is None:
+        base = _RECORDERS[id(space)] = TrialRecorder(study, space, "sqlite:///:memory:")
+    rec = copy.copy(base)
+    rec.study = study
+    return rec
+
+
+def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
+           rules: bool = True, rule_pruned_as: str = "pruned") -> Run:
     """One study of ``n_trials`` replayed trials (greedy stops earlier once its ladders are done).
 
     Trials run through ``study.optimize(objective, n_trials=1)`` one at a time, as
@@ -252,36 +319,64 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int) ->
     Noise draws are common random numbers: the k-th launch of a config in seed s draws the same
     measured launch and repeat whichever strategy asks for it, so strategies are compared on the
     same luck.
+
+    ``rules``: as the live tool does, a config that a rule of the engine's YAML (or a failure
+    learned earlier in the study) says cannot start is pruned before launch, costing nothing; the
+    study stops after MAX_PRUNED_IN_A_ROW of those in a row. Off: such configs are launched and
+    refused as measured (COMPLETE, pessimistic value, engine_start = 1).
+    ``rule_pruned_as="complete"`` (a what-if): a rule-pruned trial is told COMPLETE with the
+    pessimistic value instead of PRUNED, still without a launch.
     """
     _, multi_fidelity = STRATEGIES[strategy]
     fidelity = space.fidelity or Fidelity(screen_prompts=1)
+    if strategy in MARGIN:
+        fidelity = fidelity.model_copy(update={"margin": MARGIN[strategy]})
     study = make_study(space, strategy, seed)
     metric = space.objective.metric
     occurrences: dict[int, int] = {}
     run = Run(strategy, seed, study=study)
     cost: dict[int, tuple[dict, str, float]] = {}
+    measured: dict[int, tuple[float, bool]] = {}  # what-if cache: config -> (value, refused)
+    recorder = _recorder(space, study) if rules else None
+    engine_version = grid.meta.get("engine_version")
 
     def objective(trial: optuna.Trial) -> float:
         engine, knobs = suggest(trial, space)
+        trial.set_user_attr("arm", "search")
+        trial.set_user_attr("engine", engine)
         # tuner.study.prepare: the threshold is computed before the trial runs.
         threshold = (screen_threshold(study, margin=fidelity.margin, n_startup=fidelity.n_startup)
                      if multi_fidelity else None)
         params = {k: knobs[k] for k in grid.knobs}
         idx = grid.index(params)
         point = grid.points[idx]
+        # tuner.study.run: known-infeasible configs are pruned before any launch
+        if recorder is not None and recorder.known_infeasible(
+                trial, engine, knobs, frozenset(),
+                check_rules=space.engines[engine].check_rules):
+            cost[trial.number] = (params, "rule-pruned", 0.0)
+            if rule_pruned_as == "complete":
+                return _pessimistic(study)
+            raise optuna.TrialPruned()
+        if strategy in CACHED and idx in measured:
+            value, refused = measured[idx]
+            trial.set_user_attr("cached", True)
+            trial.set_constraint("engine_start", 1.0 if refused else 0.0)
+            cost[trial.number] = (params, "cached", 0.0)
+            return value
         occ = occurrences.get(idx, 0)
         occurrences[idx] = occ + 1
         draw = np.random.default_rng([seed, idx, occ])
         launch = point.launches[int(draw.integers(len(point.launches)))]
-        trial.set_user_attr("arm", "search")
-        trial.set_user_attr("engine", engine)
         trial.set_user_attr("feasible", launch.ok)
+        trial.set_user_attr("engine_version", engine_version)
         seconds = launch.launch_s
         if not launch.ok:
             # tuner.recording: refused at start -> COMPLETE, pessimistic value, engine_start = 1
             trial.set_constraint("engine_start", 1.0)
             cost[trial.number] = (params, "infeasible", seconds)
-            return _pessimistic(study)
+            measured[idx] = (_pessimistic(study), True)
+            return measured[idx][0]
         trial.set_constraint("engine_start", 0.0)
         passed = True
         if multi_fidelity:
@@ -297,16 +392,26 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int) ->
             raise optuna.TrialPruned()  # tuner.study.run: recorder returned None
         j = int(draw.integers(len(launch.full_values)))
         cost[trial.number] = (params, "ok", seconds + launch.full_s[j])
+        measured[idx] = (launch.full_values[j], False)
         return launch.full_values[j]
 
     cum = 0.0
+    rule_pruned_in_a_row = 0
     for _ in range(n_trials):
+        if rule_pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+            break  # what tuner.study.run does
         if isinstance(study.sampler, GreedySampler) and study.sampler.done(study):
             break  # what tuner.study.run does
-        study.optimize(objective, n_trials=1)
-        ft = study.trials[-1]
-        params, state, seconds = cost[ft.number]
+        for _ in range(MAX_CACHED_IN_A_ROW):
+            study.optimize(objective, n_trials=1)
+            ft = study.trials[-1]
+            params, state, seconds = cost[ft.number]
+            if state != "cached":
+                break
+        else:
+            break  # the sampler only proposes configs it has measured: converged
         cum += seconds
+        rule_pruned_in_a_row = rule_pruned_in_a_row + 1 if state == "rule-pruned" else 0
         best = results.best_config(study)
         reported = {k: best.params[k] for k in grid.knobs} if best else None
         value = ft.value if ft.state == TrialState.COMPLETE else None
@@ -318,13 +423,15 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int) ->
 # ---- many seeds, summaries, targets ------------------------------------------------------------
 
 def run_all(space: Space, grid: Grid, strategies: list[str], seeds: int, n_trials: int,
-            log=print) -> tuple[dict[str, list[Run]], dict[str, str]]:
+            log=print, rules: bool = True, rule_pruned_as: str = "pruned",
+            ) -> tuple[dict[str, list[Run]], dict[str, str]]:
     runs: dict[str, list[Run]] = {}
     skipped: dict[str, str] = {}
     for name in strategies:
         t0 = time.monotonic()
         try:
-            runs[name] = [replay(space, grid, name, seed, n_trials) for seed in range(seeds)]
+            runs[name] = [replay(space, grid, name, seed, n_trials, rules=rules,
+                                 rule_pruned_as=rule_pruned_as) for seed in range(seeds)]
         except InputError as exc:
             skipped[name] = str(exc)
             log(f"{name}: skipped ({exc})")
@@ -354,6 +461,7 @@ def summarize(runs: dict[str, list[Run]], grid: Grid, *, n_grid: int, budgets_tr
             "reach_trials_median": _median_censored(k),
             "reach_trials_p25_p75": [_q(k, 0.25), _q(k, 0.75)],
             "reach_seconds_median": _median_censored(s),
+            "reach_launches_median": _median_censored([r.reach_launches() for r in rs]),
             "reach_by_quarter_grid": sum(x is not None and x <= n_grid / 4 for x in k) / len(rs),
             "launches_mean": statistics.fmean(r.launches for r in rs),
             "seconds_mean": statistics.fmean(r.seconds for r in rs),
@@ -366,6 +474,17 @@ def summarize(runs: dict[str, list[Run]], grid: Grid, *, n_grid: int, budgets_tr
                                    / max(1, sum(len(r.trials) for r in rs))),
             "infeasible_share": (sum(t.state == "infeasible" for r in rs for t in r.trials)
                                  / max(1, sum(len(r.trials) for r in rs))),
+            "rule_pruned_share": (sum(t.state == "rule-pruned" for r in rs for t in r.trials)
+                                  / max(1, sum(len(r.trials) for r in rs))),
+            "trials_mean": statistics.fmean(len(r.trials) for r in rs),
+            "duplicate_share": statistics.fmean(
+                1 - len({tuple(t.params.values()) for t in r.trials}) / max(1, len(r.trials))
+                for r in rs),
+            "optimum_launched_share": sum(any(t.params == grid.best_params for t in r.trials)
+                                          for r in rs) / len(rs),
+            "optimum_screened_out": sum(t.params == grid.best_params and t.state == "screened-out"
+                                        for r in rs for t in r.trials),
+            "optimum_launches": sum(t.params == grid.best_params for r in rs for t in r.trials),
         }
     return out
 
@@ -394,25 +513,32 @@ def targets(summary: dict, runs: dict[str, list[Run]], *, n_grid: int) -> list[d
                   f"(<= {quarter:g} of {n_grid})",
         "met": med is not None and med <= quarter,
         "detail": "; ".join(
-            f"{c}: median {_fmt(summary[c]['reach_trials_median'])} trials, "
+            f"{c}: median trials {_fmt(summary[c]['reach_trials_median'])}, "
             f"{100 * summary[c]['reach_by_quarter_grid']:.0f}% of seeds by trial {quarter:g}"
             for c in cands),
     })
     if "greedy" in runs:
         g = runs["greedy"]
-        launches = max(r.launches for r in g)
+        # paired by seed: each strategy's answer once it has launched as many engines as greedy
+        launches = statistics.fmean(r.launches for r in g)
         g_final = statistics.fmean(r.final for r in g)
         parts, met = [], False
         for c in cands:
-            at = statistics.fmean(r.score_at_trials(launches) for r in runs[c])
-            wins = sum(rc.score_at_trials(launches) >= rg.final for rc, rg in zip(runs[c], g))
-            parts.append(f"{c} after {launches} launches: {100 * at:.1f}% of optimum "
-                         f"(>= greedy in {wins}/{len(g)} seeds)")
+            at = statistics.fmean(rc.score_at_launches(rg.launches) for rc, rg in zip(runs[c], g))
+            wins = sum(rc.score_at_launches(rg.launches) >= rg.final for rc, rg in zip(runs[c], g))
+            diff = np.array([rc.score_at_launches(rg.launches) - rg.final
+                             for rc, rg in zip(runs[c], g)]) * 100
+            boot = np.random.default_rng(0).choice(diff, (4000, diff.size)).mean(1)
+            lo, hi = np.percentile(boot, [2.5, 97.5])
+            parts.append(f"{c} after as many launches: {100 * at:.1f}% of optimum, "
+                         f"paired difference {diff.mean():+.1f} points (95% CI {lo:+.1f} to "
+                         f"{hi:+.1f}), >= greedy in {wins}/{len(g)} seeds")
             met |= at >= g_final
         out.append({
             "target": "matches or beats greedy's final value using no more launches than greedy",
             "met": met,
-            "detail": f"greedy: {100 * g_final:.1f}% of optimum after {launches} launches; "
+            "detail": f"greedy: {100 * g_final:.1f}% of optimum after {launches:.1f} launches "
+                      f"(mean; {min(r.launches for r in g)}–{max(r.launches for r in g)}); "
                       + "; ".join(parts),
         })
     if "tpe-mf" in summary and "tpe" in summary:
@@ -422,7 +548,7 @@ def targets(summary: dict, runs: dict[str, list[Run]], *, n_grid: int) -> list[d
             "target": "multi-fidelity needs <= 50% of the engine-seconds of full-fidelity search "
                       "to the same best (within 2%)",
             "met": ratio is not None and ratio <= 0.5,
-            "detail": f"median engine-seconds to within 2%: tpe-mf {_fmt(mf)} s, tpe {_fmt(full)} s"
+            "detail": f"median engine-seconds to within 2%: tpe-mf {_fmt(mf)}, tpe {_fmt(full)}"
                       + (f", ratio {ratio:.2f}" if ratio is not None else ""),
         })
     return out
@@ -466,15 +592,29 @@ def grid_table(grid: Grid) -> str:
 def markdown(summary: dict, tgts: list[dict], skipped: dict, *, n_trials: int,
              budgets_trials: list[int], budgets_seconds: list[float]) -> str:
     lines = ["| strategy | seeds | reached within 2% | median trials to 2% (IQR) "
-             "| median engine-s to 2% | launches (mean) | final (% of opt.) |",
-             "|---|---|---|---|---|---|---|"]
+             "| median launches to 2% | median engine-s to 2% | trials / launches (mean) "
+             "| final (% of opt.) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
         iqr = s["reach_trials_p25_p75"]
         lines.append(
             f"| {name}{' (what-if)' if name in WHAT_IF else ''} | {s['seeds']} | {100 * s['reach_rate']:.0f}% | "
             f"{_fmt(s['reach_trials_median'], 1)} ({_fmt(iqr[0])}–{_fmt(iqr[1])}) | "
-            f"{_fmt(s['reach_seconds_median'])} | {s['launches_mean']:.1f} | "
+            f"{_fmt(s['reach_launches_median'], 1)} | "
+            f"{_fmt(s['reach_seconds_median'])} | {s['trials_mean']:.1f} / {s['launches_mean']:.1f} | "
             f"{100 * s['final_mean']:.1f} (worst {100 * s['final_min']:.1f}) |")
+    lines += ["", "Where the trials went (shares of all trials), and whether the optimum was ever "
+              "launched:", "",
+              "| strategy | repeated configs | pruned by a rule (no launch) "
+              "| launched and refused | screened out | seeds that launched the optimum "
+              "| optimum launches screened out |",
+              "|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        lines.append(f"| {name} | {100 * s['duplicate_share']:.0f}% | "
+                     f"{100 * s['rule_pruned_share']:.0f}% | "
+                     f"{100 * s['infeasible_share']:.0f}% | {100 * s['screened_out_share']:.0f}% | "
+                     f"{100 * s['optimum_launched_share']:.0f}% | "
+                     f"{s['optimum_screened_out']}/{s['optimum_launches']} |")
     lines += ["", "Value at equal budget: true value of the reported config, % of optimum, "
               "mean ± sd over seeds.", "",
               "| strategy | " + " | ".join(f"{b} trials" for b in budgets_trials) + " | "
@@ -496,7 +636,7 @@ def markdown(summary: dict, tgts: list[dict], skipped: dict, *, n_trials: int,
 
 
 def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str = "replay",
-         n_trials: int,
+         n_trials: int, with_grid: bool = True,
          max_seconds: float) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
@@ -516,11 +656,8 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
         for ax, x, ys in ((axes[0], ks, by_k), (axes[1], ts, by_t)):
             ax.plot(x, ys.mean(0), label=name, color=colors.get(name),
                     ls="--" if name in WHAT_IF else "-")
-            if name not in WHAT_IF:
-                ax.fill_between(x, np.percentile(ys, 25, 0), np.percentile(ys, 75, 0),
-                                color=colors.get(name), alpha=0.10, linewidth=0)
     lo = min(100 * statistics.fmean(r.score_at_trials(1) for r in rs) for rs in runs.values())
-    for ax, xl in ((axes[0], "trials (= engine launches)"), (axes[1], "engine-seconds")):
+    for ax, xl in ((axes[0], "trials (rule-pruned trials launch nothing)"), (axes[1], "engine-seconds")):
         ax.axhline(100 * (1 - TOLERANCE), color="k", ls="--", lw=0.8, label="2% of optimum")
         ax.set_xlabel(xl)
         ax.set_ylabel("true value of reported config (% of grid optimum)")
@@ -529,7 +666,8 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
     axes[0].axvline(n_trials / 4, color="grey", ls=":", lw=0.8)
     axes[0].text(n_trials / 4, axes[0].get_ylim()[0] + 1, " 25% of grid", color="grey", fontsize=8)
     axes[0].legend(fontsize=8, loc="lower right")
-    fig.suptitle("Replay: mean over seeds (band: 25–75th percentile)")
+    fig.suptitle("Replay: true value of the config each strategy would report, mean over seeds "
+                 "(dashed: what-ifs, not the live tool)")
     fig.tight_layout()
     p = out_dir / f"{prefix}-convergence.png"
     fig.savefig(p, dpi=110)
@@ -545,7 +683,7 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
         ls = "--" if name in WHAT_IF else "-"
         axes[0].step(ks, frac_k, where="post", label=name, color=colors.get(name), ls=ls)
         axes[1].plot(ts, frac_t, label=name, color=colors.get(name), ls=ls)
-    axes[0].set_xlabel("trials (= engine launches)")
+    axes[0].set_xlabel("trials (rule-pruned trials launch nothing)")
     axes[1].set_xlabel("engine-seconds")
     for ax in axes:
         ax.set_ylabel("share of seeds within 2% of optimum")
@@ -560,6 +698,8 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
     plt.close(fig)
     paths.append(p)
 
+    if not with_grid:
+        return paths
     # 3. the measured grid itself
     knobs = grid.knobs
     rows = sorted({p.params[knobs[0]] for p in grid.points}, key=_sort_key)
@@ -613,16 +753,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", default=str(HERE / "data" / "replay-results.md"))
     ap.add_argument("--img-dir", default=str(REPO / "docs" / "img"))
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--save-trials", action="store_true",
+                    help="also store every replayed trial in --out (large; the replay is "
+                         "deterministic, so it can always be regenerated)")
     ap.add_argument("--metric", default="value",
                     help="which measured number the replay draws: value (the space's objective, "
                          "default) or tokens_per_engine_cpu_s (less moved by machine contention)")
     ap.add_argument("--img-prefix", default="replay", help="plot file names start with this")
+    ap.add_argument("--no-rules", action="store_true",
+                    help="launch configs the engine's rules know to be infeasible (they fail as "
+                         "measured) instead of pruning them before launch as the live tool does")
+    ap.add_argument("--rule-pruned-as", choices=("pruned", "complete"), default="pruned",
+                    help="what-if: tell rule-pruned trials COMPLETE with the pessimistic value "
+                         "(as a refused launch is) instead of PRUNED (the live tool)")
+    ap.add_argument("--noise", choices=("measured", "none"), default="measured",
+                    help="none: every launch returns the config's true value (a control)")
     args = ap.parse_args(argv)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     space = load_space(args.space)
     grid = Grid.load(Path(args.data), args.metric)
+    if args.noise == "none":
+        grid = grid.denoised()
     n_grid = len(grid.points)
     n_trials = args.trials or n_grid
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -630,7 +783,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.exit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
 
-    runs, skipped = run_all(space, grid, strategies, args.seeds, n_trials)
+    runs, skipped = run_all(space, grid, strategies, args.seeds, n_trials,
+                            rules=not args.no_rules, rule_pruned_as=args.rule_pruned_as)
     full_cost = sum(p.mean_cost() for p in grid.points)  # the whole grid at full fidelity
     budgets_trials = sorted({max(1, n_grid // 4), 7, n_grid // 2, n_trials})
     budgets_seconds = [full_cost * f for f in (0.125, 0.25, 0.5)]
@@ -642,7 +796,9 @@ def main(argv: list[str] | None = None) -> int:
           f"whole grid at full fidelity: {full_cost:.0f} engine-s.", "", grid_table(grid), "",
           "## Replay", "",
           f"{args.seeds} seeds per strategy, {n_trials} trials per study (greedy stops when its "
-          f"ladders are done).", "",
+          f"ladders are done); noise: {args.noise}; metric: {args.metric}; known-infeasible "
+          f"configs {'launched' if args.no_rules else 'pruned before launch (live tool)'}"
+          f"{'' if args.rule_pruned_as == 'pruned' else ', told COMPLETE (what-if)'}.", "",
           markdown(summary, tgts, skipped, n_trials=n_trials, budgets_trials=budgets_trials,
                    budgets_seconds=budgets_seconds)]
     Path(args.markdown).write_text("\n".join(md) + "\n")
@@ -650,16 +806,22 @@ def main(argv: list[str] | None = None) -> int:
         "data": str(Path(args.data).resolve().relative_to(REPO)) if Path(args.data).resolve()
         .is_relative_to(REPO) else args.data,
         "seeds": args.seeds, "n_trials": n_trials, "optimum": grid.optimum,
+        "optimum_params": grid.best_params, "noise": args.noise, "metric": args.metric,
+        "rules": not args.no_rules, "rule_pruned_as": args.rule_pruned_as,
         "grid_full_cost_s": full_cost, "summary": summary, "targets": tgts, "skipped": skipped,
         "greedy_first": runs["greedy"][0].trials[0].params if runs.get("greedy") else None,
-        "runs": {name: [{"seed": r.seed, "trials": [
-            {"params": t.params, "state": t.state, "value": t.value,
-             "seconds": round(t.seconds, 2), "reported": t.reported, "score": round(t.score, 4)}
-            for t in r.trials]} for r in rs] for name, rs in runs.items()},
+        "runs": {name: [{"seed": r.seed, "reach": r.reach(), "reach_launches": r.reach_launches(),
+                         "final": round(r.final, 4),
+                         "launches": r.launches, "seconds": round(r.seconds, 1)} for r in rs]
+                 for name, rs in runs.items()},
+        **({"trials": {name: [[[list(t.params.values()), t.state, t.value, round(t.seconds, 2),
+                                 round(t.score, 4)] for t in r.trials] for r in rs]
+                       for name, rs in runs.items()}} if args.save_trials else {}),
     }, indent=1))
     print("\n".join(md))
     if not args.no_plots:
         for p in plot(runs, grid, Path(args.img_dir), prefix=args.img_prefix, n_trials=n_trials,
+                      with_grid=args.noise == "measured",
                       max_seconds=max(r.seconds for rs in runs.values() for r in rs)):
             print(f"plot: {p}")
     return 0

@@ -105,9 +105,10 @@ def test_deterministic(space, grid, strategy):
     assert _rows(a) == _rows(b)
 
 
+@pytest.mark.parametrize("rules", [True, False])
 @pytest.mark.parametrize("strategy", ["tpe", "random", "grid"])
-def test_full_fidelity_bookkeeping(space, grid, strategy):
-    run = replay.replay(space, grid, strategy, seed=1, n_trials=8)
+def test_full_fidelity_bookkeeping(space, grid, strategy, rules):
+    run = replay.replay(space, grid, strategy, seed=1, n_trials=8, rules=rules)
     assert len(run.trials) == 8
     trials = run.study.get_trials(deepcopy=False)
     cum = 0.0
@@ -115,14 +116,20 @@ def test_full_fidelity_bookkeeping(space, grid, strategy):
         cum += rec.seconds
         assert rec.cum_seconds == pytest.approx(cum)
         values = TRUTH[tuple(rec.params.values())]
+        assert ft.constraints["engine_start"] == (1.0 if values is None else 0.0)
+        if values is None and rules:
+            # the live tool's rule (max_num_tokens < max_seq_len with chunked prefill off)
+            # prunes it before launch: PRUNED, no launch, no engine-seconds
+            assert rec.state == "rule-pruned" and ft.state == TrialState.PRUNED
+            assert ft.user_attrs["pruned_rule"] == "vllm-mnbt-lt-max-model-len"
+            assert rec.seconds == 0
+            continue
         assert ft.state == TrialState.COMPLETE
-        if values is None:  # refused: COMPLETE, value 0, engine_start constraint violated
+        if values is None:  # launched and refused: COMPLETE, value 0, engine_start violated
             assert rec.state == "infeasible" and ft.value == 0.0
-            assert ft.constraints == {"engine_start": 1.0}
             assert rec.seconds == FAIL_S
         else:
             assert rec.state == "ok" and ft.value in values and rec.value == ft.value
-            assert ft.constraints == {"engine_start": 0.0}
             assert rec.seconds == READY + TEARDOWN + FULL_S  # no screen at full fidelity
             assert ft.intermediate_values == {}
         # the reported config is the best feasible one observed so far, scored by its truth
@@ -132,10 +139,12 @@ def test_full_fidelity_bookkeeping(space, grid, strategy):
             assert rec.reported == best.params
             assert rec.score == pytest.approx(sum(TRUTH[tuple(best.params.values())]) / 3 / 1000)
     assert run.seconds == pytest.approx(cum)
+    assert run.launches == sum(r.state != "rule-pruned" for r in run.trials)
 
 
 def test_grid_visits_every_point_once(space, grid):
     run = replay.replay(space, grid, "grid", seed=0, n_trials=8)
+    assert run.launches == 6  # the two refused configs are pruned by the rule, not launched
     keys = [tuple(t.params.values()) for t in run.trials]
     assert sorted(keys, key=repr) == sorted(TRUTH, key=repr)
     assert run.final == 1.0
@@ -164,7 +173,7 @@ def test_multi_fidelity_screening(space, grid):
     for rec, ft in zip(run.trials, trials):
         values = truth[tuple(rec.params.values())]
         if values is None:
-            assert rec.state == "infeasible" and rec.seconds == FAIL_S
+            assert rec.state == "rule-pruned" and rec.seconds == 0
             assert 0 not in ft.intermediate_values  # no screen ran
             continue
         screen = sum(values) / 3
@@ -228,3 +237,46 @@ def test_censored_median():
     assert replay._median_censored([1, 2, 3]) == 2
     assert replay._median_censored([1, None, None]) is None
     assert replay._median_censored([1, 2, None]) == 2
+
+
+def test_denoised_grid_returns_the_truth(grid):
+    clean = grid.denoised()
+    for p in clean.points:
+        (launch,) = p.launches
+        truth = TRUTH[tuple(p.params.values())]
+        if truth is None:
+            assert not launch.ok and launch.launch_s == FAIL_S
+        else:
+            assert launch.full_values == (pytest.approx(sum(truth) / 3),)
+            assert launch.launch_s == READY + TEARDOWN and launch.full_s == (FULL_S,)
+    assert clean.optimum == grid.optimum and clean.best_params == grid.best_params
+
+
+def test_cache_what_if_never_relaunches(space, grid):
+    run = replay.replay(space, grid, "tpe-cache", seed=0, n_trials=8)
+    keys = [tuple(t.params.values()) for t in run.trials if t.state != "rule-pruned"]
+    assert len(keys) == len(set(keys))  # every launch is a new config
+    assert all(t.state != "cached" for t in run.trials)
+    cached = [t for t in run.study.trials if t.user_attrs.get("cached")]
+    assert len(run.study.trials) == len(run.trials) + len(cached)
+    assert run.seconds == pytest.approx(sum(t.seconds for t in run.trials))
+    assert run.reach()[0] <= len(run.trials)
+
+
+def test_launch_counting():
+    rec = lambda state, score: replay.TrialRec(0, {}, state, None, 0.0, 0.0, None, score)
+    run = replay.Run("x", 0, [rec("ok", 0.5), rec("rule-pruned", 0.5), rec("ok", 0.9),
+                              rec("rule-pruned", 0.9), rec("ok", 1.0)])
+    assert run.launches == 3 and run.launches_by(4) == 2
+    assert run.reach() == (5, 0.0) and run.reach_launches() == 3
+    assert run.score_at_launches(1) == 0.5 and run.score_at_launches(2) == 0.9
+    assert run.score_at_trials(2) == 0.5
+
+
+def test_rule_pruned_as_complete_what_if(space, grid):
+    run = replay.replay(space, grid, "random", seed=1, n_trials=8, rule_pruned_as="complete")
+    pruned = [(r, ft) for r, ft in zip(run.trials, run.study.trials) if r.state == "rule-pruned"]
+    assert pruned
+    for r, ft in pruned:
+        assert ft.state == TrialState.COMPLETE and ft.value == 0.0 and r.seconds == 0
+        assert ft.constraints == {"engine_start": 1.0}

@@ -89,3 +89,19 @@ def test_gain_interval_is_significant_for_a_clear_win_and_absent_for_n1():
     assert g.significant and g.change_pct == pytest.approx(50.0)
     single = gain(_stats([150]), _stats([100], "base"))
     assert single.low_pct is None and "no interval" in single.describe()
+
+
+def test_greedy_counts_pruned_configs_as_tried():
+    """A ladder step pruned before launch must not be proposed again and again."""
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+
+    def pruning_objective(trial):
+        value = objective(trial)
+        if trial.params["seqs"] == 2:  # e.g. a feasibility rule
+            raise optuna.TrialPruned()
+        return value
+
+    study.optimize(pruning_objective, n_trials=15)
+    seqs_two = [t for t in study.trials if t.params["seqs"] == 2]
+    assert len(seqs_two) == 1
+    assert study.sampler.done(study)

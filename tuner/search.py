@@ -63,6 +63,9 @@ def ladder(dist: BaseDistribution, points: int = 4) -> list:
     return [low + (high - low) * i / (points - 1) for i in range(points)]
 
 
+_TRIED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
+
+
 class GreedySampler(optuna.samplers.BaseSampler):
     """The manual procedure of the motivating study: defaults first, then one knob at a time
     through its ladder, keeping the best value of each knob before moving on.
@@ -97,15 +100,16 @@ class GreedySampler(optuna.samplers.BaseSampler):
 
     def done(self, study: optuna.Study) -> bool:
         """Every knob's ladder has been measured: the procedure would only repeat itself."""
-        tried = [t.params for t in study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))]
+        tried = [t.params for t in study.get_trials(deepcopy=False, states=_TRIED)]
         return bool(tried) and _seen(self._next(study, -1), tried)
 
     def _next(self, study: optuna.Study, number: int) -> dict[str, Any]:
         history = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if t.number != number]
-        running = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number != number]
+        # Pruned configs (a rule, a lesson, a screen) count as tried: proposing them again would
+        # loop on a ladder step that can never be launched.
+        running = [t.params for t in study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
         distributions = _distributions(study)
         tried = [t.params for t in history] + running
         incumbent = dict(self.defaults)

@@ -452,8 +452,10 @@ def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -
     threshold = None
     if space.fidelity:
         f = space.fidelity
-        workloads = [workloads[0].model_copy(update={"name": SCREEN,
-                                                     "num_prompts": f.screen_prompts}),
+        # Its own seed: the screen's prompts must not be the first prompts of the full run, or the
+        # server's prefix cache would flatter the full benchmark.
+        workloads = [workloads[0].model_copy(update={"name": SCREEN, "num_prompts": f.screen_prompts,
+                                                     "seed": workloads[0].seed + 1}),
                      *workloads]
         threshold = screen_threshold(handle.study, margin=f.margin, n_startup=f.n_startup)
     return TrialTask(trial.number, engine, knobs, omit,
