@@ -65,9 +65,10 @@ def main() -> None:
     for t in study.trials:
         label = t.user_attrs.get("status") or t.state.name.lower()
         states[label] = states.get(label, 0) + 1
-    engines_left = [p.info["pid"] for p in psutil.process_iter(["pid", "cmdline"])
-                    if "vllm" in " ".join(p.info["cmdline"] or []) and "serve" in
-                    " ".join(p.info["cmdline"] or [])]
+    from tuner.launcher import group_members
+    # Only this study's engines: other servers may run on the machine at the same time.
+    engines_left = [p.pid for t in study.trials if t.user_attrs.get("engine_pgid")
+                    for p in group_members(t.user_attrs["engine_pgid"])]
     first = samples[len(samples) // 10] if samples else {}
     last = samples[-1] if samples else {}
     result = {
