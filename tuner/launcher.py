@@ -81,27 +81,27 @@ def group_members(pgid: int) -> list[psutil.Process]:
     return members
 
 
-def kill_group(pgid: int, grace_s: float = 10.0, leader: subprocess.Popen | None = None) -> None:
-    """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left, and wait until it is gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if leader is not None:
-            leader.poll()
-        if not group_members(pgid):
-            break
-        time.sleep(0.1)
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    end = time.monotonic() + 10
+def _wait_gone(pgid: int, seconds: float, leader: subprocess.Popen | None) -> bool:
+    """Wait until no process of the group is left (reaping our own child); True if it emptied."""
+    end = time.monotonic() + seconds
     while time.monotonic() < end:
         if leader is not None:
             leader.poll()
         if not group_members(pgid):
-            return
+            return True
         time.sleep(0.1)
+    return False
+
+
+def kill_group(pgid: int, grace_s: float = 10.0, leader: subprocess.Popen | None = None) -> None:
+    """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left, and wait until it is gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    if _wait_gone(pgid, grace_s, leader):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    _wait_gone(pgid, 10, leader)
 
 
 @dataclass

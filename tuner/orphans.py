@@ -26,13 +26,14 @@ class Entry:
     label: str
 
     def owner_alive(self) -> bool:
-        return _same_process(self.owner_pid, self.owner_started)
+        return same_process(self.owner_pid, self.owner_started)
 
     def engine_alive(self) -> bool:
-        return _same_process(self.pgid, self.leader_started)
+        return same_process(self.pgid, self.leader_started)
 
 
-def _same_process(pid: int, started: float) -> bool:
+def same_process(pid: int, started: float) -> bool:
+    """Is ``pid`` still the process that started at ``started`` (not a recycled pid)?"""
     try:
         return abs(psutil.Process(pid).create_time() - started) < 0.01
     except psutil.NoSuchProcess:

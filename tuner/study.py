@@ -285,10 +285,7 @@ def _owner_alive(t: FrozenTrial, *, exclusive: bool) -> bool:
     pid, started = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_started")
     if pid is None:
         return not exclusive
-    try:
-        return abs(psutil.Process(pid).create_time() - started) < 0.01
-    except (psutil.NoSuchProcess, TypeError):
-        return False
+    return started is not None and orphans.same_process(pid, started)
 
 
 def recover(handle: StudyHandle) -> list[str]:
