@@ -6,6 +6,7 @@ Artifacts and logs sit beside an SQLite file, or under ``studies/`` for server d
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -78,10 +79,10 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
         if not create and not db.exists():
             raise InputError(f"no study database at {db}")
         private_dir(db.parent)
-        if create and not db.exists():
-            db.touch(mode=0o600)
         # Readers such as the dashboard must not make the writer fail with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 30}}
+        if create and not db.exists():
+            _create_sqlite(db, engine_kwargs)
     elif parsed.get_backend_name() == "sqlite":
         raise InputError(f"--storage {url!r}: an in-memory SQLite study cannot be resumed; "
                          "give a file path")
@@ -97,11 +98,41 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
                 return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
         except Exception as exc:
             # Workers starting together on an empty database race to create Optuna's schema;
-            # the losers see "already exists" and find the schema there on a second look.
-            if attempt < 4 and "already exists" in str(exc):
+            # the losers see the winner's tables or version row and find the schema on a second
+            # look.
+            if attempt < 4 and any(text in str(exc) for text in _SCHEMA_RACE):
                 time.sleep(0.5 + attempt)
                 continue
             raise InputError(f"cannot open storage {url!r}: {exc}") from None
+
+
+_SCHEMA_RACE = ("already exists", "UNIQUE constraint failed: alembic_version",
+                "duplicate key value")
+
+
+def _create_sqlite(db: Path, engine_kwargs: dict) -> None:
+    """Make a new study file with Optuna's schema already in it, in one step.
+
+    A reader that opens the file (a dashboard, a status poll) while the writer is still creating
+    the schema would create it too, and one of them fails on Optuna's version row. Building the
+    schema in a private temporary file and linking it into place means the name only ever shows a
+    complete database; a concurrent creator's link loses cleanly and both use the winner's file.
+    """
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.creating")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}", engine_kwargs=engine_kwargs)
+        storage.engine.dispose()
+        try:
+            os.link(tmp, db)
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def study_names(url: str) -> list[str]:
