@@ -1,18 +1,22 @@
 """The request function: payloads, chunk counting per server shape, and failure handling.
 
-Runs against httpx.MockTransport, so each response body arrives in exactly the pieces we choose.
+Runs against a raw local HTTP server that sends each response body in exactly the pieces we choose,
+one HTTP chunk per piece, so the real transport and parsers see what a real server sends.
 """
 
 import asyncio
+import dataclasses
+import http
 import json
+import socket
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tuner.bench.config import BenchConfig
 from tuner.bench.datasets import SampleRequest
+from tuner.bench.http import HTTPClient
 from tuner.bench.request import NO_TOKEN_ERROR, build_payload, send_request
 
 COMPLETIONS = BenchConfig(base_url="http://server", model="served", tokenizer="unused")
@@ -41,32 +45,66 @@ def _body(docs: list, done: bool = True) -> bytes:
     return (out + ("data: [DONE]\n\n" if done else "")).encode()
 
 
-class _Pieces(httpx.AsyncByteStream):
-    def __init__(self, pieces, error: Exception | None = None):
-        self.pieces, self.error = pieces, error
+@dataclasses.dataclass
+class _Response:
+    """What the raw server answers: the body in pieces (a float piece = pause that long), then
+    the end of the body, or an abrupt close when ``cut`` is set."""
 
-    async def __aiter__(self):
-        for p in self.pieces:
-            yield p
-        if self.error is not None:
-            raise self.error
+    pieces: list
+    status: int = 200
+    cut: bool = False
+    seen: list | None = None
 
 
-def _send(config: BenchConfig, handler, request: SampleRequest = REQ, request_id=None):
+def _serve(body: bytes | list, status: int = 200, cut: bool = False, seen=None) -> _Response:
+    return _Response([body] if isinstance(body, bytes) else list(body), status, cut, seen)
+
+
+async def _answer(response: _Response, reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
+    body = await reader.readexactly(int(headers.get("content-length", 0)))
+    if response.seen is not None:
+        response.seen.append((lines[0], headers, body))
+    phrase = http.HTTPStatus(response.status).phrase
+    writer.write(f"HTTP/1.1 {response.status} {phrase}\r\nTransfer-Encoding: chunked\r\n"
+                 "Content-Type: text/event-stream\r\n\r\n".encode())
+    for piece in response.pieces:
+        if isinstance(piece, float):
+            await asyncio.sleep(piece)
+        elif piece:
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+    if response.cut:
+        writer.transport.abort()
+        return
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+def _send(config: BenchConfig, response: _Response | None, request: SampleRequest = REQ,
+          request_id=None):
+    """Send one request to a raw server answering ``response`` (None: nothing listens)."""
     async def go():
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return await send_request(client, config, request, request_id)
+        if response is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            server = None
+        else:
+            server = await asyncio.start_server(lambda r, w: _answer(response, r, w), "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+        cfg = dataclasses.replace(config, base_url=f"http://127.0.0.1:{port}")
+        try:
+            async with HTTPClient(cfg.base_url) as client:
+                return await send_request(client, cfg, request, request_id)
+        finally:
+            if server is not None:
+                server.close()
     return asyncio.run(go())
-
-
-def _serve(body: bytes | list[bytes], status: int = 200, error: Exception | None = None, seen=None):
-    pieces = [body] if isinstance(body, bytes) else body
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if seen is not None:
-            seen.append(request)
-        return httpx.Response(status, stream=_Pieces(pieces, error))
-    return handler
 
 
 # --------------------------------------------------------------------------- payloads
@@ -95,12 +133,14 @@ def test_omit_fields_drop_what_a_server_rejects():
 
 
 def test_request_carries_json_body_and_request_id():
-    seen: list[httpx.Request] = []
+    seen: list = []
     _send(COMPLETIONS, _serve(_body([_completion("a")]), seen=seen), request_id="bench-x-3")
-    (req,) = seen
-    assert req.url == "http://server/v1/completions"
-    assert req.headers["x-request-id"] == "bench-x-3"
-    assert json.loads(req.content)["max_tokens"] == 3
+    ((request_line, headers, body),) = seen
+    assert request_line == "POST /v1/completions HTTP/1.1"
+    assert headers["x-request-id"] == "bench-x-3"
+    assert headers["content-type"] == "application/json"
+    assert headers["host"].startswith("127.0.0.1:")
+    assert json.loads(body)["max_tokens"] == 3
 
 
 # --------------------------------------------------------------------------- chunk counting
@@ -190,28 +230,21 @@ def test_invalid_utf8_fails_cleanly():
 
 
 def test_connection_error_is_one_line():
-    def handler(request):
-        raise httpx.ConnectError("All connection attempts failed")
-    out = _send(COMPLETIONS, handler)
-    assert not out.success and out.error == "ConnectError: All connection attempts failed"
+    out = _send(COMPLETIONS, None)
+    assert not out.success
+    assert out.error.startswith("ConnectError: cannot connect to 127.0.0.1:")
+    assert out.error.endswith("Connection refused") and "\n" not in out.error
 
 
 def test_stream_broken_midway_fails():
-    out = _send(COMPLETIONS, _serve(_body([_completion("a")], done=False),
-                                    error=httpx.RemoteProtocolError("peer closed connection")))
-    assert not out.success and out.error.startswith("RemoteProtocolError")
+    out = _send(COMPLETIONS, _serve(_body([_completion("a")], done=False), cut=True))
+    assert not out.success
+    assert out.error == "RemoteProtocolError: server closed the connection mid-response"
 
 
 def test_timeout_is_reported():
     cfg = BenchConfig(base_url="http://server", model="m", tokenizer="t", request_timeout_s=0.05)
-
-    class Slow(httpx.AsyncByteStream):
-        async def __aiter__(self):
-            yield _body([_completion("a")])
-            await asyncio.sleep(5)
-            yield b""
-
-    out = _send(cfg, lambda r: httpx.Response(200, stream=Slow()))
+    out = _send(cfg, _serve([_body([_completion("a")]), 5.0]))
     assert not out.success and out.error == "timed out after 0.05 s"
 
 

@@ -3,6 +3,7 @@
 The stub answers with vLLM/SGLang/TRT-LLM chunk shapes at zero latency; no engine is involved.
 """
 
+import http.server
 import importlib.util
 import json
 import math
@@ -10,16 +11,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
 
-import tuner.bench.runner as runner_mod
 from tuner.bench import BenchConfig, BenchResult, SampleRequest, run_benchmark
 from tuner.bench.arrivals import arrival_offsets
 from tuner.bench.command import register, write_json_atomic
@@ -150,17 +150,34 @@ def test_unreachable_server_fails_every_request_without_raising(tok_dir):
     assert r.errors[0].startswith("ConnectError")
 
 
-def test_garbage_server_marks_requests_failed_and_run_completes(monkeypatch, tok_dir):
+def test_garbage_server_marks_requests_failed_and_run_completes(tok_dir):
     good = b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"text":"b"}]}\n\ndata: [DONE]\n\n'
     bodies = iter([good, b"data: {oops\n\n", b"\x00\xff" * 10, good, b"<html>bad gateway</html>"])
+    lock = threading.Lock()
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=next(bodies))
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, Content-Length bodies
 
-    monkeypatch.setattr(runner_mod, "make_client",
-                        lambda config: httpx.AsyncClient(transport=httpx.MockTransport(handler)))
-    reqs = [SampleRequest("p", 3, 2)] * 5
-    r = run_benchmark(_cfg("http://mock", tok_dir, num_prompts=5), input_requests=reqs)
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                body = next(bodies)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            reqs = [SampleRequest("p", 3, 2)] * 5
+            r = run_benchmark(_cfg(f"http://127.0.0.1:{server.server_address[1]}", tok_dir,
+                                   num_prompts=5, max_concurrency=1), input_requests=reqs)
+        finally:
+            server.shutdown()
     assert r.metrics["completed"] == 2 and r.metrics["failed"] == 3
     assert len(r.errors) == 3 and r.metrics["total_input_tokens"] == 6
 

@@ -15,7 +15,6 @@ type and message) so that a study can show why a trial failed without a tracebac
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import os
 import time
@@ -23,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import orjson
 
 from tuner.bench.config import BenchConfig
 from tuner.bench.datasets import SampleRequest
+from tuner.bench.http import HTTPClient, HTTPError
 from tuner.bench.sse import DONE, SSEParser
 
 NO_TOKEN_ERROR = ("Never received a valid chunk to calculate TTFT."
@@ -93,84 +93,108 @@ def build_headers(request_id: str | None, api_key: str | None = None) -> dict[st
     return headers
 
 
-def make_client(config: BenchConfig) -> httpx.AsyncClient:
+def make_client(config: BenchConfig) -> HTTPClient:
     """One client per run, a keep-alive connection per in-flight request (like vLLM's aiohttp)."""
-    loopback = _is_loopback(config.base_url)
-    return httpx.AsyncClient(
-        transport=_ConnectionPerStream(verify=httpx.create_ssl_context(trust_env=not loopback)),
-        timeout=httpx.Timeout(config.request_timeout_s),
-        # Proxy variables must not capture the loopback servers that trials launch.
-        trust_env=not loopback,
-    )
+    return HTTPClient(config.base_url)
 
 
-class _ConnectionPerStream(httpx.AsyncBaseTransport):
-    """Hands each request a single-connection transport of its own, reused once the stream closes.
-
-    httpcore's shared pool rescans every connection for every request it places (O(n^2)); with
-    hundreds of concurrent streams that bookkeeping ate the client's core: 512 streams at 50
-    tokens/s each came through at ~2k chunks/s instead of ~25k. One-connection pools cost O(1).
-    """
-
-    def __init__(self, **transport_kwargs: Any) -> None:
-        self._kwargs = transport_kwargs
-        self._idle: list[httpx.AsyncHTTPTransport] = []
-        self._all: list[httpx.AsyncHTTPTransport] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._idle:
-            transport = self._idle.pop()
-        else:
-            transport = httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1,
-                                    keepalive_expiry=60),
-                **self._kwargs)
-            self._all.append(transport)
-        try:
-            response = await transport.handle_async_request(request)
-        except BaseException:
-            self._idle.append(transport)  # its pool has already dropped the failed connection
-            raise
-        response.stream = _ReleaseOnClose(response.stream, lambda: self._idle.append(transport))
-        return response
-
-    async def aclose(self) -> None:
-        for transport in self._all:
-            await transport.aclose()
-        self._all.clear()
-        self._idle.clear()
-
-
-class _ReleaseOnClose(httpx.AsyncByteStream):
-    __slots__ = ("_inner", "_release")
-
-    def __init__(self, inner: Any, release: Any) -> None:
-        self._inner, self._release = inner, release
-
-    async def __aiter__(self):  # type: ignore[override]
-        async for chunk in self._inner:
-            yield chunk
-
-    async def aclose(self) -> None:
-        release, self._release = self._release, None
-        try:
-            await self._inner.aclose()
-        finally:
-            if release is not None:
-                release()
-
-
-async def probe(client: httpx.AsyncClient, base_url: str, timeout_s: float = 10.0) -> str | None:
+async def probe(client: HTTPClient, base_url: str, timeout_s: float = 10.0) -> str | None:
     """None when something answers HTTP at ``base_url`` (any status), else why it cannot be reached."""
+    target = urlsplit(base_url.rstrip("/") + "/v1/models").path
     try:
-        await client.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        async with asyncio.timeout(timeout_s):
+            await client.request("GET", target, b"", {}, _Discard())
+    except TimeoutError:
+        return f"no HTTP answer from {base_url} within {timeout_s:g} s"
+    except HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
     return None
 
 
+class _Discard:
+    def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        pass
+
+    def on_body(self, data: bytes) -> None:
+        pass
+
+
+class _Stream:
+    """Turns one response, read by read, into token times; runs inside the transport's callback.
+
+    Each token chunk is timed the moment its read is parsed, without a coroutine switch, so the
+    client's own scheduling adds nothing to TTFT and ITL.
+    """
+
+    __slots__ = ("out", "chat", "parts", "parser", "first", "start", "last", "error_head",
+                 "error_body")
+
+    def __init__(self, out: RequestOutput, chat: bool, start: float) -> None:
+        self.out, self.chat, self.start, self.last = out, chat, start, start
+        self.parts: list[str] = []
+        self.parser = SSEParser()
+        self.first = False
+        self.error_head = ""
+        self.error_body = bytearray()
+
+    def on_head(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        if status != 200:
+            self.error_head = f"HTTP {status} {reason}".rstrip()
+
+    def on_body(self, data: bytes) -> None:
+        if self.error_head:
+            if len(self.error_body) < _BODY_EXCERPT:
+                self.error_body += data[:_BODY_EXCERPT - len(self.error_body)]
+            return
+        try:
+            payloads = self.parser.feed(data)
+        except UnicodeDecodeError as exc:
+            raise _BadStream(f"invalid UTF-8 in body: {exc.reason}") from None
+        if payloads:
+            self.consume(payloads)
+
+    def consume(self, payloads: list[str]) -> None:
+        out, chat, perf, loads = self.out, self.chat, time.perf_counter, orjson.loads
+        for payload in payloads:
+            if payload == DONE:
+                continue
+            try:
+                data = loads(payload)
+                choices = data.get("choices")
+                if choices:
+                    if chat:
+                        delta = choices[0].get("delta") or {}
+                        if not _streams_output(delta):
+                            continue
+                        text = delta.get("content")
+                    else:
+                        text = choices[0].get("text")
+                    t = perf()
+                    if self.first:
+                        out.itl.append(t - self.last)
+                    else:
+                        self.first = True
+                        out.ttft = t - self.start
+                    self.last = t
+                    if text:
+                        self.parts.append(text)
+                elif usage := data.get("usage"):
+                    tokens = usage.get("completion_tokens")
+                    if isinstance(tokens, int):
+                        out.output_tokens = tokens
+                    prompt_tokens = usage.get("prompt_tokens")
+                    if isinstance(prompt_tokens, int):
+                        out.prompt_len = prompt_tokens
+            except Exception as exc:  # JSON or shape errors: this stream is garbage
+                raise _BadStream(f"{type(exc).__name__} on chunk {_excerpt(payload)}") from None
+
+    def http_error(self) -> str:
+        text = " ".join(bytes(self.error_body).decode("utf-8", "replace").split())
+        return f"{self.error_head}: {text}" if text else self.error_head
+
+
 async def send_request(
-    client: httpx.AsyncClient,
+    client: HTTPClient,
     config: BenchConfig,
     request: SampleRequest,
     request_id: str | None = None,
@@ -178,83 +202,29 @@ async def send_request(
     """Stream one request; never raises for server or stream faults (they land in ``error``)."""
     body = json.dumps(build_payload(config, request.prompt, request.expected_output_len)).encode()
     headers = build_headers(request_id, config.api_key)
+    target = _target(config.api_url)
     out = RequestOutput(prompt_len=request.prompt_len)
-    chat = config.is_chat
-    parts: list[str] = []
-    itl = out.itl
-    perf = time.perf_counter
-    loads = json.loads
-    first = False
-    st = perf()
+    st = time.perf_counter()
     out.start_time = st
-    last = st
+    stream = _Stream(out, config.is_chat, st)
     try:
         async with asyncio.timeout(config.request_timeout_s):
-            async with client.stream("POST", config.api_url, content=body, headers=headers) as resp:
-                if resp.status_code != 200:
-                    out.error = await _http_error(resp)
-                    return out
-                parser = SSEParser()
-                # Raw bytes skip httpx's decoder layers (measurably cheaper per chunk); an
-                # encoded (or already buffered) body still goes through them.
-                if resp.is_stream_consumed or "content-encoding" in resp.headers:
-                    reads = resp.aiter_bytes()
-                else:
-                    reads = resp.aiter_raw()
-                done_reading = False
-                while not done_reading:
-                    try:
-                        raw = await anext(reads)
-                        payloads = parser.feed(raw)
-                    except StopAsyncIteration:
-                        done_reading = True
-                        payloads = parser.finish()
-                    except UnicodeDecodeError as exc:
-                        raise _BadStream(f"invalid UTF-8 in body: {exc.reason}") from None
-                    for payload in payloads:
-                        if payload == DONE:
-                            continue
-                        try:
-                            data = loads(payload)
-                            choices = data.get("choices")
-                            if choices:
-                                if chat:
-                                    delta = choices[0].get("delta") or {}
-                                    if not _streams_output(delta):
-                                        continue
-                                    text = delta.get("content")
-                                else:
-                                    text = choices[0].get("text")
-                                t = perf()
-                                if first:
-                                    itl.append(t - last)
-                                else:
-                                    first = True
-                                    out.ttft = t - st
-                                last = t
-                                if text:
-                                    parts.append(text)
-                            elif usage := data.get("usage"):
-                                tokens = usage.get("completion_tokens")
-                                if isinstance(tokens, int):
-                                    out.output_tokens = tokens
-                                prompt_tokens = usage.get("prompt_tokens")
-                                if isinstance(prompt_tokens, int):
-                                    out.prompt_len = prompt_tokens
-                        except Exception as exc:  # JSON or shape errors: this stream is garbage
-                            raise _BadStream(
-                                f"{type(exc).__name__} on chunk {_excerpt(payload)}") from None
-        out.generated_text = "".join(parts)
-        out.latency = last - st
-        out.success = first
-        if not first:
+            await client.request("POST", target, body, headers, stream)
+        if stream.error_head:
+            out.error = stream.http_error()
+            return out
+        stream.consume(stream.parser.finish())
+        out.generated_text = "".join(stream.parts)
+        out.latency = stream.last - st
+        out.success = stream.first
+        if not stream.first:
             out.error = NO_TOKEN_ERROR
     except _BadStream as exc:
         out.error = f"malformed stream: {exc}"
     except TimeoutError:
         out.error = f"timed out after {config.request_timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        out.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except HTTPError as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # anything else a broken server can provoke; never crash the run
         out.error = f"{type(exc).__name__}: {exc}"
     if not out.success:
@@ -272,33 +242,10 @@ def _streams_output(delta: Any) -> bool:
     return delta.get("content") == "" and "role" not in delta
 
 
-async def _http_error(resp: httpx.Response) -> str:
-    reason = resp.reason_phrase or ""
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in resp.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= _BODY_EXCERPT:
-                break
-    except httpx.HTTPError:
-        pass
-    text = b"".join(chunks)[:_BODY_EXCERPT].decode("utf-8", "replace")
-    text = " ".join(text.split())
-    head = f"HTTP {resp.status_code} {reason}".rstrip()
-    return f"{head}: {text}" if text else head
-
-
 def _excerpt(text: str, limit: int = 80) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _target(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

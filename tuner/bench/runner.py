@@ -92,8 +92,19 @@ def run_benchmark(
     input_requests: Sequence[SampleRequest] | None = None,
 ) -> BenchResult:
     """Run one benchmark to completion (blocking). Ctrl-C cancels every request and re-raises."""
-    return asyncio.run(run_benchmark_async(config, on_progress=on_progress,
-                                           input_requests=input_requests))
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(run_benchmark_async(config, on_progress=on_progress,
+                                              input_requests=input_requests))
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it exists: it costs the client less CPU per read than asyncio's own loop
+    (docs/benchmark-client.md, client capacity); None means asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def run_benchmark_async(

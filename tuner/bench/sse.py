@@ -46,7 +46,11 @@ class SSEParser:
             parts = buffer.split("\n\n")
             buffer = parts.pop()
             for message in parts:
-                payload = _payload(message.strip())
+                # The shape every engine streams, "data: {...}", skips the general rules.
+                if message[:6] == "data: " and "\n" not in message:
+                    payload = message[6:].strip() or None
+                else:
+                    payload = _payload(message.strip())
                 if payload is not None:
                     out.append(payload)
         self._buffer = buffer
