@@ -4,7 +4,7 @@ import optuna
 import pytest
 
 from tuner.results import ConfigStats, gain
-from tuner.search import GreedySampler, ladder, make_sampler, screen_threshold
+from tuner.search import GreedySampler, ladder, make_sampler, screen_threshold, startup_trials
 from tuner.yaml_io import InputError
 
 DEFAULTS = {"seqs": 128, "tokens": 2048, "chunked": True}
@@ -69,6 +69,14 @@ def test_unknown_or_unavailable_samplers_are_explained():
         make_sampler("annealing", seed=0)
     with pytest.raises(InputError, match="needs every param to have a finite grid"):
         make_sampler("grid", seed=0, grid=None)
+
+
+def test_tpe_startup_scales_with_the_budget():
+    """Optuna's fixed 10 random trials made a 6-trial study pure random search."""
+    assert [startup_trials(n) for n in (6, 12, 24, 40, 200)] == [3, 3, 6, 10, 10]
+    assert startup_trials(None) == 10
+    assert make_sampler("tpe", seed=0, n_trials=6)._n_startup_trials == 3
+    assert make_sampler("tpe", seed=0, n_trials=24)._n_startup_trials == 6
 
 
 def _stats(values, arm="search"):

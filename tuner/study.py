@@ -116,7 +116,7 @@ def _sampler(space: Space, *, worker_seed: bool = False) -> optuna.samplers.Base
     if worker_seed and seed is not None:
         seed += psutil.Process().pid
     return make_sampler(space.sampler, seed=seed, defaults=defaults, grid=grid,
-                        multi_objective=space.objective.multi)
+                        multi_objective=space.objective.multi, n_trials=space.budget.n_trials)
 
 
 def _create_optuna_study(space: Space, storage, name: str) -> optuna.Study:
