@@ -2,10 +2,12 @@
 
 Each strategy runs the live tool's own code: the sampler the study would build
 (``tuner.study._sampler``: TPE, GP, random, grid, greedy), the define-by-run ``tuner.space.suggest``
-on the replay space, failed launches recorded COMPLETE with the pessimistic value and
-``engine_start = 1``, and multi-fidelity exactly as ``tuner.study``/``tuner.recording`` do it: the
-threshold from ``screen_threshold`` before the trial, the screen reported as step 0, the gate of
-``TrialTask``, a screened-out trial told PRUNED. Instead of launching, a trial draws one measured
+on the replay space, ``TrialRecorder.without_launch`` (configs known to be infeasible, and configs
+measured earlier in the study, are answered without a launch), failed launches recorded COMPLETE
+with the pessimistic value and ``engine_start = 1`` (``TrialRecorder.refused_values``), and
+multi-fidelity exactly as ``tuner.study``/``tuner.recording`` do it: the threshold from
+``screen_threshold`` before the trial, the screen reported as step 0, the gate of ``TrialTask``, a
+screened-out trial told PRUNED. Instead of launching, a trial draws one measured
 launch of its config and one of that launch's full repeats (the measured noise), and is charged
 the engine-seconds that launch took (ready + teardown, plus the screen and/or one full benchmark;
 a refused config is charged its time to fail).
@@ -55,25 +57,12 @@ STRATEGIES: dict[str, tuple[str, bool]] = {
     "grid": ("grid", False),
     "greedy": ("greedy", False),
     "tpe-mf": ("tpe", True),
-    # What-ifs, NOT what the live tool builds: TPE with 4 random startup trials instead of
-    # Optuna's 10 (with 24 trials, Optuna's default makes the first 10 trials random search).
-    "tpe-startup4": ("tpe", False),
-    "tpe-mf-startup4": ("tpe", True),
-    # What-if: a config already measured in this study is not relaunched; the study is told its
-    # earlier value at no cost and the budget counts launches (stop after 50 cached in a row).
-    "tpe-cache": ("tpe", False),
-    # What-if: screening with a 30 % margin instead of the space's (10 % here).
+    # What-if, NOT what the live tool does: screening with a 30 % margin instead of the space's
+    # (10 % here).
     "tpe-mf-m30": ("tpe", True),
 }
 MARGIN = {"tpe-mf-m30": 0.3}
-CACHED = {"tpe-cache"}
-MAX_CACHED_IN_A_ROW = 50
-WHAT_IF = {
-    "tpe-mf-m30": lambda seed: optuna.samplers.TPESampler(seed=seed),
-    "tpe-cache": lambda seed: optuna.samplers.TPESampler(seed=seed),
-    "tpe-startup4": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
-    "tpe-mf-startup4": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
-}
+WHAT_IF = set(MARGIN)
 TOLERANCE = 0.02  # "within 2 % of the grid optimum"
 
 
@@ -217,6 +206,7 @@ class TrialRec:
     number: int           # the Optuna trial number
     params: dict
     state: str            # ok | infeasible | screened-out | rule-pruned (no launch)
+    # (a config measured before is answered with that measurement: not a TrialRec, see Run.reused)
     value: float | None   # what the study was told (the drawn full repeat; 0 for a refused config)
     seconds: float        # engine-seconds charged for this trial
     cum_seconds: float
@@ -230,6 +220,7 @@ class Run:
     seed: int
     trials: list[TrialRec] = field(default_factory=list)
     study: optuna.Study | None = field(default=None, repr=False)
+    reused: int = 0  # proposals answered with an earlier measurement: free, not in ``trials``
 
     @property
     def launches(self) -> int:
@@ -247,9 +238,9 @@ class Run:
         return self.trials[-1].score if self.trials else 0.0
 
     def reach(self, tol: float = TOLERANCE) -> tuple[int | None, float | None]:
-        """First trial (1-based, as the budget counts them: rule-pruned trials count, cached
-        what-if trials do not) after which the reported config is within ``tol`` of the optimum,
-        and the engine-seconds spent by then; (None, None) if never."""
+        """First trial (1-based, as the budget counts them: rule-pruned trials count, reused
+        ones do not) after which the reported config is within ``tol`` of the optimum, and the
+        engine-seconds spent by then; (None, None) if never."""
         for i, t in enumerate(self.trials):
             if t.score >= 1 - tol:
                 return i + 1, t.cum_seconds
@@ -279,21 +270,13 @@ class Run:
         return done[-1].score if done else 0.0
 
 
-def _pessimistic(study: optuna.Study) -> float:
-    """tuner.recording.TrialRecorder.pessimistic_value for one objective."""
-    if study.direction == optuna.study.StudyDirection.MAXIMIZE:
-        return 0.0
-    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.user_attrs.get("feasible") and t.value is not None]
-    return 2.0 * max(values) if values else 1e6
-
-
-def make_study(space: Space, strategy: str, seed: int) -> optuna.Study:
-    """The study the live tool would create for this space with this sampler and seed."""
+def make_study(space: Space, strategy: str, seed: int, n_trials: int) -> optuna.Study:
+    """The study the live tool would create for this space with this sampler, seed and budget."""
     sampler_name, _ = STRATEGIES[strategy]
-    live_space = space.model_copy(update={"sampler": sampler_name, "seed": seed})
-    sampler = WHAT_IF[strategy](seed) if strategy in WHAT_IF else _sampler(live_space)
-    return optuna.create_study(direction=space.objective.direction, sampler=sampler,
+    live_space = space.model_copy(update={
+        "sampler": sampler_name, "seed": seed,
+        "budget": space.budget.model_copy(update={"n_trials": n_trials})})
+    return optuna.create_study(direction=space.objective.direction, sampler=_sampler(live_space),
                                pruner=optuna.pruners.NopPruner())
 
 
@@ -301,7 +284,8 @@ _RECORDERS: dict[int, TrialRecorder] = {}
 
 
 def _recorder(space: Space, study: optuna.Study) -> TrialRecorder:
-    """The live TrialRecorder (for its pre-launch rule check), pointed at this study."""
+    """The live TrialRecorder (for its pre-launch decisions and refused values), pointed at this
+    study."""
     base = _RECORDERS.get(id(space))
     if base is None:
         base = _RECORDERS[id(space)] = TrialRecorder(study, space, "sqlite:///:memory:")
@@ -311,7 +295,7 @@ def _recorder(space: Space, study: optuna.Study) -> TrialRecorder:
 
 
 def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
-           rules: bool = True, rule_pruned_as: str = "pruned") -> Run:
+           rules: bool = True) -> Run:
     """One study of ``n_trials`` replayed trials (greedy stops earlier once its ladders are done).
 
     Trials run through ``study.optimize(objective, n_trials=1)`` one at a time, as
@@ -320,24 +304,24 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
     measured launch and repeat whichever strategy asks for it, so strategies are compared on the
     same luck.
 
+    As the live tool does, a config the study has measured already is not launched again: the
+    trial repeats that measurement at no cost and does not count against the budget.
     ``rules``: as the live tool does, a config that a rule of the engine's YAML (or a failure
-    learned earlier in the study) says cannot start is pruned before launch, costing nothing; the
-    study stops after MAX_PRUNED_IN_A_ROW of those in a row. Off: such configs are launched and
-    refused as measured (COMPLETE, pessimistic value, engine_start = 1).
-    ``rule_pruned_as="complete"`` (a what-if): a rule-pruned trial is told COMPLETE with the
-    pessimistic value instead of PRUNED, still without a launch.
+    learned earlier in the study) says cannot start is told COMPLETE with the pessimistic value
+    and engine_start = 1 without a launch, costing nothing but counting as a trial. Off: such
+    configs are launched and refused as measured. Either way the study stops after
+    MAX_PRUNED_IN_A_ROW trials in a row without a launch.
     """
     _, multi_fidelity = STRATEGIES[strategy]
     fidelity = space.fidelity or Fidelity(screen_prompts=1)
     if strategy in MARGIN:
         fidelity = fidelity.model_copy(update={"margin": MARGIN[strategy]})
-    study = make_study(space, strategy, seed)
+    study = make_study(space, strategy, seed, n_trials)
     metric = space.objective.metric
     occurrences: dict[int, int] = {}
     run = Run(strategy, seed, study=study)
     cost: dict[int, tuple[dict, str, float]] = {}
-    measured: dict[int, tuple[float, bool]] = {}  # what-if cache: config -> (value, refused)
-    recorder = _recorder(space, study) if rules else None
+    recorder = _recorder(space, study)
     engine_version = grid.meta.get("engine_version")
 
     def objective(trial: optuna.Trial) -> float:
@@ -350,20 +334,16 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
         params = {k: knobs[k] for k in grid.knobs}
         idx = grid.index(params)
         point = grid.points[idx]
-        # tuner.study.run: known-infeasible configs are pruned before any launch
-        if recorder is not None and recorder.known_infeasible(
-                trial, engine, knobs, frozenset(),
-                check_rules=space.engines[engine].check_rules):
-            cost[trial.number] = (params, "rule-pruned", 0.0)
-            if rule_pruned_as == "complete":
-                return _pessimistic(study)
-            raise optuna.TrialPruned()
-        if strategy in CACHED and idx in measured:
-            value, refused = measured[idx]
-            trial.set_user_attr("cached", True)
-            trial.set_constraint("engine_start", 1.0 if refused else 0.0)
-            cost[trial.number] = (params, "cached", 0.0)
-            return value
+        # tuner.study.run: known-infeasible and already-measured configs are not launched
+        answer = (recorder.without_launch(trial, engine, knobs, frozenset(),
+                                          check_rules=space.engines[engine].check_rules)
+                  if rules else recorder.reuse(trial, engine))
+        if answer is not None:
+            state = "reused" if "reused_from" in trial.user_attrs else "rule-pruned"
+            cost[trial.number] = (params, state, 0.0)
+            if answer.state == TrialState.PRUNED:
+                raise optuna.TrialPruned()
+            return answer.values
         occ = occurrences.get(idx, 0)
         occurrences[idx] = occ + 1
         draw = np.random.default_rng([seed, idx, occ])
@@ -373,10 +353,8 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
         seconds = launch.launch_s
         if not launch.ok:
             # tuner.recording: refused at start -> COMPLETE, pessimistic value, engine_start = 1
-            trial.set_constraint("engine_start", 1.0)
             cost[trial.number] = (params, "infeasible", seconds)
-            measured[idx] = (_pessimistic(study), True)
-            return measured[idx][0]
+            return recorder.refused_values(trial)
         trial.set_constraint("engine_start", 0.0)
         passed = True
         if multi_fidelity:
@@ -392,26 +370,24 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
             raise optuna.TrialPruned()  # tuner.study.run: recorder returned None
         j = int(draw.integers(len(launch.full_values)))
         cost[trial.number] = (params, "ok", seconds + launch.full_s[j])
-        measured[idx] = (launch.full_values[j], False)
         return launch.full_values[j]
 
     cum = 0.0
-    rule_pruned_in_a_row = 0
-    for _ in range(n_trials):
-        if rule_pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
-            break  # what tuner.study.run does
+    unlaunched_in_a_row = 0
+    while len(run.trials) < n_trials:
+        # what tuner.study.run does
+        if unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
+            break
         if isinstance(study.sampler, GreedySampler) and study.sampler.done(study):
-            break  # what tuner.study.run does
-        for _ in range(MAX_CACHED_IN_A_ROW):
-            study.optimize(objective, n_trials=1)
-            ft = study.trials[-1]
-            params, state, seconds = cost[ft.number]
-            if state != "cached":
-                break
-        else:
-            break  # the sampler only proposes configs it has measured: converged
+            break
+        study.optimize(objective, n_trials=1)
+        ft = study.trials[-1]
+        params, state, seconds = cost[ft.number]
+        unlaunched_in_a_row = 0 if results.launched(ft) else unlaunched_in_a_row + 1
+        if state == "reused":
+            run.reused += 1
+            continue
         cum += seconds
-        rule_pruned_in_a_row = rule_pruned_in_a_row + 1 if state == "rule-pruned" else 0
         best = results.best_config(study)
         reported = {k: best.params[k] for k in grid.knobs} if best else None
         value = ft.value if ft.state == TrialState.COMPLETE else None
@@ -423,15 +399,14 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
 # ---- many seeds, summaries, targets ------------------------------------------------------------
 
 def run_all(space: Space, grid: Grid, strategies: list[str], seeds: int, n_trials: int,
-            log=print, rules: bool = True, rule_pruned_as: str = "pruned",
-            ) -> tuple[dict[str, list[Run]], dict[str, str]]:
+            log=print, rules: bool = True) -> tuple[dict[str, list[Run]], dict[str, str]]:
     runs: dict[str, list[Run]] = {}
     skipped: dict[str, str] = {}
     for name in strategies:
         t0 = time.monotonic()
         try:
-            runs[name] = [replay(space, grid, name, seed, n_trials, rules=rules,
-                                 rule_pruned_as=rule_pruned_as) for seed in range(seeds)]
+            runs[name] = [replay(space, grid, name, seed, n_trials, rules=rules)
+                          for seed in range(seeds)]
         except InputError as exc:
             skipped[name] = str(exc)
             log(f"{name}: skipped ({exc})")
@@ -477,6 +452,7 @@ def summarize(runs: dict[str, list[Run]], grid: Grid, *, n_grid: int, budgets_tr
             "rule_pruned_share": (sum(t.state == "rule-pruned" for r in rs for t in r.trials)
                                   / max(1, sum(len(r.trials) for r in rs))),
             "trials_mean": statistics.fmean(len(r.trials) for r in rs),
+            "reused_mean": statistics.fmean(r.reused for r in rs),
             "duplicate_share": statistics.fmean(
                 1 - len({tuple(t.params.values()) for t in r.trials}) / max(1, len(r.trials))
                 for r in rs),
@@ -607,14 +583,15 @@ def markdown(summary: dict, tgts: list[dict], skipped: dict, *, n_trials: int,
               "launched:", "",
               "| strategy | repeated configs | pruned by a rule (no launch) "
               "| launched and refused | screened out | seeds that launched the optimum "
-              "| optimum launches screened out |",
-              "|---|---|---|---|---|---|---|"]
+              "| optimum launches screened out | reused proposals per study (mean; not trials) |",
+              "|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
         lines.append(f"| {name} | {100 * s['duplicate_share']:.0f}% | "
                      f"{100 * s['rule_pruned_share']:.0f}% | "
                      f"{100 * s['infeasible_share']:.0f}% | {100 * s['screened_out_share']:.0f}% | "
                      f"{100 * s['optimum_launched_share']:.0f}% | "
-                     f"{s['optimum_screened_out']}/{s['optimum_launches']} |")
+                     f"{s['optimum_screened_out']}/{s['optimum_launches']} | "
+                     f"{s['reused_mean']:.1f} |")
     lines += ["", "Value at equal budget: true value of the reported config, % of optimum, "
               "mean ± sd over seeds.", "",
               "| strategy | " + " | ".join(f"{b} trials" for b in budgets_trials) + " | "
@@ -657,7 +634,8 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
             ax.plot(x, ys.mean(0), label=name, color=colors.get(name),
                     ls="--" if name in WHAT_IF else "-")
     lo = min(100 * statistics.fmean(r.score_at_trials(1) for r in rs) for rs in runs.values())
-    for ax, xl in ((axes[0], "trials (rule-pruned trials launch nothing)"), (axes[1], "engine-seconds")):
+    trials_label = "trials (rule-pruned ones launch nothing; reused ones are not counted)"
+    for ax, xl in ((axes[0], trials_label), (axes[1], "engine-seconds")):
         ax.axhline(100 * (1 - TOLERANCE), color="k", ls="--", lw=0.8, label="2% of optimum")
         ax.set_xlabel(xl)
         ax.set_ylabel("true value of reported config (% of grid optimum)")
@@ -683,7 +661,7 @@ def plot(runs: dict[str, list[Run]], grid: Grid, out_dir: Path, *, prefix: str =
         ls = "--" if name in WHAT_IF else "-"
         axes[0].step(ks, frac_k, where="post", label=name, color=colors.get(name), ls=ls)
         axes[1].plot(ts, frac_t, label=name, color=colors.get(name), ls=ls)
-    axes[0].set_xlabel("trials (rule-pruned trials launch nothing)")
+    axes[0].set_xlabel("trials (rule-pruned ones launch nothing; reused ones are not counted)")
     axes[1].set_xlabel("engine-seconds")
     for ax in axes:
         ax.set_ylabel("share of seeds within 2% of optimum")
@@ -763,9 +741,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-rules", action="store_true",
                     help="launch configs the engine's rules know to be infeasible (they fail as "
                          "measured) instead of pruning them before launch as the live tool does")
-    ap.add_argument("--rule-pruned-as", choices=("pruned", "complete"), default="pruned",
-                    help="what-if: tell rule-pruned trials COMPLETE with the pessimistic value "
-                         "(as a refused launch is) instead of PRUNED (the live tool)")
     ap.add_argument("--noise", choices=("measured", "none"), default="measured",
                     help="none: every launch returns the config's true value (a control)")
     args = ap.parse_args(argv)
@@ -784,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
 
     runs, skipped = run_all(space, grid, strategies, args.seeds, n_trials,
-                            rules=not args.no_rules, rule_pruned_as=args.rule_pruned_as)
+                            rules=not args.no_rules)
     full_cost = sum(p.mean_cost() for p in grid.points)  # the whole grid at full fidelity
     budgets_trials = sorted({max(1, n_grid // 4), 7, n_grid // 2, n_trials})
     budgets_seconds = [full_cost * f for f in (0.125, 0.25, 0.5)]
@@ -797,8 +772,8 @@ def main(argv: list[str] | None = None) -> int:
           "## Replay", "",
           f"{args.seeds} seeds per strategy, {n_trials} trials per study (greedy stops when its "
           f"ladders are done); noise: {args.noise}; metric: {args.metric}; known-infeasible "
-          f"configs {'launched' if args.no_rules else 'pruned before launch (live tool)'}"
-          f"{'' if args.rule_pruned_as == 'pruned' else ', told COMPLETE (what-if)'}.", "",
+          f"configs {'launched' if args.no_rules else 'ruled out before launch (live tool)'}; "
+          "configs measured before are not relaunched (live tool).", "",
           markdown(summary, tgts, skipped, n_trials=n_trials, budgets_trials=budgets_trials,
                    budgets_seconds=budgets_seconds)]
     Path(args.markdown).write_text("\n".join(md) + "\n")
@@ -807,11 +782,11 @@ def main(argv: list[str] | None = None) -> int:
         .is_relative_to(REPO) else args.data,
         "seeds": args.seeds, "n_trials": n_trials, "optimum": grid.optimum,
         "optimum_params": grid.best_params, "noise": args.noise, "metric": args.metric,
-        "rules": not args.no_rules, "rule_pruned_as": args.rule_pruned_as,
+        "rules": not args.no_rules,
         "grid_full_cost_s": full_cost, "summary": summary, "targets": tgts, "skipped": skipped,
         "greedy_first": runs["greedy"][0].trials[0].params if runs.get("greedy") else None,
         "runs": {name: [{"seed": r.seed, "reach": r.reach(), "reach_launches": r.reach_launches(),
-                         "final": round(r.final, 4),
+                         "final": round(r.final, 4), "reused": r.reused,
                          "launches": r.launches, "seconds": round(r.seconds, 1)} for r in rs]
                  for name, rs in runs.items()},
         **({"trials": {name: [[[list(t.params.values()), t.state, t.value, round(t.seconds, 2),

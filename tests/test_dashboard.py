@@ -101,8 +101,14 @@ def test_trial_notes_say_what_happened():
                      failure_evidence="line 1\ntorch.OutOfMemoryError: CUDA out of `memory`")
     assert trial_note(refused) == ("**infeasible: out-of-memory** · search · "
                                    "`torch.OutOfMemoryError: CUDA out of 'memory'`")
-    pruned = _trial(TrialState.PRUNED, pruned_rule="known-infeasible", pruned_reason="like #3")
+    pruned = create_trial(value=0.0, user_attrs={"arm": "search", "feasible": False,
+                                                 "pruned_rule": "known-infeasible",
+                                                 "pruned_reason": "like #3"},
+                          system_attrs={"constraints:engine_start": 1.0})
     assert trial_note(pruned) == "**pruned** (known-infeasible) · search · like #3"
+    reused = _trial(feasible=True, reused_from=4, total_token_throughput=1234.5)
+    assert trial_note(reused) == ("**reused** · search · measured already in trial 4: "
+                                  "not launched again")
     slow = _trial(feasible=True, slo_ok=False, slo_slack={"p99_ttft_ms": 212.5, "mean_tpot_ms": -3})
     assert trial_note(slow) == "**slo-violated** · search · p99_ttft_ms over its bound by 212.5"
     crashed = _trial(TrialState.FAIL, interrupted=True)

@@ -142,7 +142,8 @@ def test_a_generalising_failure_prunes_its_siblings_without_launching(tmp_path, 
     assert learned, "no AWQ proposal came after the probe; pick another seed"
     for t in learned:
         assert t.params["quantization"] == "awq"
-        assert t.state == optuna.trial.TrialState.PRUNED and "engine_pgid" not in t.user_attrs
+        assert t.state == optuna.trial.TrialState.COMPLETE and "engine_pgid" not in t.user_attrs
+        assert t.constraints["engine_start"] == 1.0  # told like the refusal it stands for
         assert t.user_attrs["pruned_source"] == "trial 0"
     launched_awq = [t for t in trials if t.params.get("quantization") == "awq"
                     and "engine_pgid" in t.user_attrs]

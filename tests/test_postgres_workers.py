@@ -11,6 +11,8 @@ from collections import Counter
 import optuna
 import pytest
 
+from tuner import results
+
 from . import postgres
 from .test_study_vllm import small_space
 
@@ -33,9 +35,10 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
 
     finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
                                                  optuna.trial.TrialState.PRUNED)]
-    # Configs pruned by a rule cost no launch and no budget. Workers check the budget before
-    # asking for a trial, so at most workers-1 extra launches can start near the end.
-    launched = [t for t in finished if "pruned_rule" not in t.user_attrs]
+    # Configs pruned by a rule, or measured before, cost no launch and no budget. Workers check
+    # the budget before asking for a trial, so at most workers-1 extra launches can start near
+    # the end.
+    launched = [t for t in finished if results.launched(t)]
     assert 6 <= len(launched) <= 9, [(t.number, t.state) for t in trials]
     assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING,
                                                  optuna.trial.TrialState.WAITING)]

@@ -1,5 +1,6 @@
 """The replay benchmark's harness (benchmarks/replay.py) on a tiny synthetic grid: deterministic,
-and its bookkeeping (values, engine-seconds, refused configs, screening, greedy, grid) is right."""
+and its bookkeeping (values, engine-seconds, refused configs, reused measurements, screening,
+greedy, grid) is right."""
 
 from __future__ import annotations
 
@@ -109,22 +110,23 @@ def test_deterministic(space, grid, strategy):
 @pytest.mark.parametrize("strategy", ["tpe", "random", "grid"])
 def test_full_fidelity_bookkeeping(space, grid, strategy, rules):
     run = replay.replay(space, grid, strategy, seed=1, n_trials=8, rules=rules)
-    assert len(run.trials) == 8
+    assert len(run.trials) == 8 or strategy != "grid"
     trials = run.study.get_trials(deepcopy=False)
     cum = 0.0
-    for rec, ft in zip(run.trials, trials):
+    for i, rec in enumerate(run.trials):
+        ft = trials[rec.number]
         cum += rec.seconds
         assert rec.cum_seconds == pytest.approx(cum)
         values = TRUTH[tuple(rec.params.values())]
+        assert ft.state == TrialState.COMPLETE
         assert ft.constraints["engine_start"] == (1.0 if values is None else 0.0)
         if values is None and rules:
-            # the live tool's rule (max_num_tokens < max_seq_len with chunked prefill off)
-            # prunes it before launch: PRUNED, no launch, no engine-seconds
-            assert rec.state == "rule-pruned" and ft.state == TrialState.PRUNED
+            # the live tool's rule (max_num_tokens < max_seq_len with chunked prefill off) rules
+            # it out before launch: told COMPLETE like a refused launch, no engine-seconds
+            assert rec.state == "rule-pruned" and ft.value == 0.0
             assert ft.user_attrs["pruned_rule"] == "vllm-mnbt-lt-max-model-len"
             assert rec.seconds == 0
             continue
-        assert ft.state == TrialState.COMPLETE
         if values is None:  # launched and refused: COMPLETE, value 0, engine_start violated
             assert rec.state == "infeasible" and ft.value == 0.0
             assert rec.seconds == FAIL_S
@@ -133,7 +135,7 @@ def test_full_fidelity_bookkeeping(space, grid, strategy, rules):
             assert rec.seconds == READY + TEARDOWN + FULL_S  # no screen at full fidelity
             assert ft.intermediate_values == {}
         # the reported config is the best feasible one observed so far, scored by its truth
-        seen = [r for r in run.trials[:rec.number + 1] if r.state == "ok"]
+        seen = [r for r in run.trials[:i + 1] if r.state == "ok"]
         if seen:
             best = max(seen, key=lambda r: r.value)
             assert rec.reported == best.params
@@ -170,7 +172,8 @@ def test_multi_fidelity_screening(space, grid):
     run = replay.replay(space, grid, "tpe-mf", seed=2, n_trials=8)
     trials = run.study.get_trials(deepcopy=False)
     screens_before = []
-    for rec, ft in zip(run.trials, trials):
+    for rec in run.trials:
+        ft = trials[rec.number]
         values = truth[tuple(rec.params.values())]
         if values is None:
             assert rec.state == "rule-pruned" and rec.seconds == 0
@@ -252,15 +255,36 @@ def test_denoised_grid_returns_the_truth(grid):
     assert clean.optimum == grid.optimum and clean.best_params == grid.best_params
 
 
-def test_cache_what_if_never_relaunches(space, grid):
-    run = replay.replay(space, grid, "tpe-cache", seed=0, n_trials=8)
+@pytest.mark.parametrize("strategy", ["tpe", "random", "tpe-mf"])
+def test_measured_configs_are_not_relaunched(space, grid, strategy):
+    """The live TrialRecorder.reuse: a config proposed again repeats its measurement for free."""
+    run = replay.replay(space, grid, strategy, seed=0, n_trials=8)
     keys = [tuple(t.params.values()) for t in run.trials if t.state != "rule-pruned"]
     assert len(keys) == len(set(keys))  # every launch is a new config
-    assert all(t.state != "cached" for t in run.trials)
-    cached = [t for t in run.study.trials if t.user_attrs.get("cached")]
-    assert len(run.study.trials) == len(run.trials) + len(cached)
+    reused = [t for t in run.study.trials if "reused_from" in t.user_attrs]
+    assert reused and len(reused) == run.reused
+    assert len(run.study.trials) == len(run.trials) + run.reused
+    for t in reused:
+        source = run.study.trials[t.user_attrs["reused_from"]]
+        assert source.params == t.params and source.number < t.number
+        assert "reused_from" not in source.user_attrs and "pruned_rule" not in source.user_attrs
+        assert (t.state, t.value, t.constraints) == (source.state, source.value, source.constraints)
+        assert t.intermediate_values == source.intermediate_values
     assert run.seconds == pytest.approx(sum(t.seconds for t in run.trials))
-    assert run.reach()[0] <= len(run.trials)
+
+
+def test_a_study_with_nothing_new_to_launch_stops(space, grid):
+    """Asked for more trials than the grid has, the study stops after MAX_PRUNED_IN_A_ROW
+    proposals in a row without a launch instead of spinning."""
+    run = replay.replay(space, grid, "tpe", seed=0, n_trials=100)
+    assert run.launches == 6 and len(run.trials) < 100
+    tail = run.study.trials[-replay.MAX_PRUNED_IN_A_ROW:]
+    assert all("reused_from" in t.user_attrs or "pruned_rule" in t.user_attrs for t in tail)
+
+
+def test_the_replayed_sampler_scales_its_startup_with_the_budget(space):
+    assert replay.make_study(space, "tpe", 0, 8).sampler._n_startup_trials == 3
+    assert replay.make_study(space, "tpe", 0, 24).sampler._n_startup_trials == 6
 
 
 def test_launch_counting():
@@ -272,11 +296,3 @@ def test_launch_counting():
     assert run.score_at_launches(1) == 0.5 and run.score_at_launches(2) == 0.9
     assert run.score_at_trials(2) == 0.5
 
-
-def test_rule_pruned_as_complete_what_if(space, grid):
-    run = replay.replay(space, grid, "random", seed=1, n_trials=8, rule_pruned_as="complete")
-    pruned = [(r, ft) for r, ft in zip(run.trials, run.study.trials) if r.state == "rule-pruned"]
-    assert pruned
-    for r, ft in pruned:
-        assert ft.state == TrialState.COMPLETE and ft.value == 0.0 and r.seconds == 0
-        assert ft.constraints == {"engine_start": 1.0}

@@ -9,7 +9,7 @@ import optuna
 import pytest
 import typer
 from optuna.distributions import CategoricalDistribution, IntDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import create_trial
 from typer.testing import CliRunner
 
 from tuner.report import data as report_data
@@ -64,11 +64,19 @@ def _study(storage: str = "sqlite:///:memory:", *, evaluation: dict | None = Non
     for i in range(n_search):
         study.add_trial(_ok(4000.0 + 700 * i, {"max_num_seqs": 4 + 9 * i,
                                                "chunked_prefill": i % 2 == 0}))
-    study.add_trial(create_trial(state=TrialState.PRUNED, params={"max_num_seqs": 3,
-                                                                  "chunked_prefill": True},
+    # ruled out before launch: told COMPLETE like a refusal (tuner.recording.refused_values)
+    study.add_trial(create_trial(value=0.0, params={"max_num_seqs": 3, "chunked_prefill": True},
                                  distributions=DIST,
                                  user_attrs={"arm": "search", "pruned_rule": "known-infeasible",
-                                             "pruned_reason": "like trial 1 (invalid-config)"}))
+                                             "pruned_reason": "like trial 1 (invalid-config)",
+                                             "feasible": False},
+                                 system_attrs={"constraints:engine_start": 1.0}))
+    # the last searched config, proposed again: its measurement repeated, no launch
+    last = study.trials[1 + n_search]
+    study.add_trial(create_trial(value=last.value, params=last.params, distributions=DIST,
+                                 user_attrs={"arm": "search", "engine": "vllm", "feasible": True,
+                                             "reused_from": last.number, "status": "reused"},
+                                 system_attrs={"constraints:engine_start": 0.0}))
     if evaluation:
         study.set_user_attr("evaluation", evaluation)
     return study
@@ -111,7 +119,7 @@ def test_tables_from_search_trials_only():
     d = report_data.build(_study())
     assert d.best.number == 5 and d.best.value == 6100.0
     assert d.best_command == "vllm serve m --max-num-seqs 31"
-    assert d.counts == {"ok": 5, "infeasible": 1, "pruned": 1}
+    assert d.counts == {"ok": 5, "infeasible": 1, "pruned": 1, "reused": 1}
     assert d.baseline_arm == "vllm-defaults" and d.contender == 5
     assert d.comparison_source == ("search: trial 5 (1 run(s)) vs trial 0 (1 run(s)); `tune "
                                    "confirm` or `tune evaluate` adds repeats and intervals")
@@ -123,6 +131,8 @@ def test_tables_from_search_trials_only():
     refused = classes[("infeasible", "invalid-config")]
     assert refused.trials == [1] and "smaller than max_model_len" in refused.evidence[0]
     assert classes[("pruned", "known-infeasible")].reason == "like trial 1 (invalid-config)"
+    assert len(d.failures) == 2  # the reused trial is no failure
+    assert d.trials[-1].status == "reused" and d.trials[-1].failure == "= trial 5"
     assert d.environment["engine_version"] == "0.32.0"
     assert set(d.importances) == {"max_num_seqs", "chunked_prefill"}
     assert math.isclose(sum(d.importances.values()), 1.0)

@@ -113,3 +113,20 @@ def test_greedy_counts_pruned_configs_as_tried():
     seqs_two = [t for t in study.trials if t.params["seqs"] == 2]
     assert len(seqs_two) == 1
     assert study.sampler.done(study)
+
+
+def test_greedy_counts_infeasible_configs_as_tried_and_never_keeps_them():
+    """Configs a rule rules out are told COMPLETE with engine_start = 1 and a pessimistic value:
+    greedy moves on from them and never makes one its incumbent."""
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+
+    def ruling_objective(trial):
+        value = objective(trial)
+        refused = trial.params["seqs"] == 8
+        trial.set_constraint("engine_start", 1.0 if refused else 0.0)
+        return 1e9 if refused else value  # an infeasible value must not win, however large
+
+    study.optimize(ruling_objective, n_trials=15)
+    assert len([t for t in study.trials if t.params["seqs"] == 8]) == 1
+    assert study.sampler.done(study)
+    assert study.sampler._next(study, -1)["seqs"] == 2  # the best feasible rung, not 8

@@ -68,6 +68,9 @@ class _ProgressReporter:
             msg = f"[yellow]SLO violated[/] {t.user_attrs.get('slo_slack')}"
         elif label in ("pruned", "screened-out"):
             msg = f"[yellow]{label}[/] {t.user_attrs.get('pruned_reason', '')}"
+        elif label == "reused":
+            msg = (f"[yellow]measured already[/] in trial {t.user_attrs['reused_from']}: "
+                   "not launched again")
         else:
             msg = f"[red]{label}[/] {t.user_attrs.get('harness_error', '')}"
         self.progress.console.print(f"  trial {t.number}: {msg}", highlight=False)
@@ -231,7 +234,8 @@ def status(
         ua = t.user_attrs
         value = ("/".join(f"{v:,.1f}" for v in t.values)
                  if t.values is not None and results.is_feasible(t) else "-")
-        failure = ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error") or ""
+        failure = (ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error")
+                   or (f"= trial {ua['reused_from']}" if "reused_from" in ua else ""))
         table.add_row(str(t.number), ua.get("arm", ""), results.status_label(t), value,
                       *(_param(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
                       _fmt(ua.get("mean_tpot_ms")), failure)

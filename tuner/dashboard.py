@@ -49,8 +49,11 @@ def trial_note(trial: FrozenTrial, objective_metric: str | None = None) -> str:
         return (f"**infeasible: {ua['failure_class']}** · {arm} · "
                 f"`{_clip(evidence, 200)}`" if evidence else
                 f"**infeasible: {ua['failure_class']}** · {arm}")
+    if "reused_from" in ua:
+        return (f"**reused** · {arm} · measured already in trial {ua['reused_from']}: "
+                "not launched again")
     if trial.state == TrialState.PRUNED or ua.get("pruned_rule"):
-        word = results.status_label(trial) if trial.state == TrialState.PRUNED else "pruned"
+        word = results.status_label(trial)
         rule = f" ({ua['pruned_rule']})" if ua.get("pruned_rule") else ""
         why = _clip(ua.get("pruned_reason", ""), 200)
         return f"**{word}**{rule} · {arm} · {why}".rstrip(" ·")

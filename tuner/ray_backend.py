@@ -17,8 +17,9 @@ import optuna
 from optuna.trial import TrialState
 
 from .recording import TrialRecorder
-from .study import (MAX_PRUNED_IN_A_ROW, HarnessError, Reporter, StudyHandle, TrialTask, _Quiet, _sigterm_as_interrupt,
-                    checks_rules, execute, finished_count, prepare, recover, single_writer)
+from .study import (EXHAUSTED, MAX_PRUNED_IN_A_ROW, HarnessError, Reporter, StudyHandle, TrialTask,
+                    _Quiet, _sigterm_as_interrupt, checks_rules, execute, finished_count, prepare,
+                    recover, single_writer)
 from .trial_runner import TrialOutcome
 from .yaml_io import InputError
 
@@ -76,7 +77,7 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
     remote = ray.remote(_run_task)
     recorder = TrialRecorder(handle.study, handle.space, handle.url)
     in_flight: dict = {}
-    pruned_in_a_row = 0
+    unlaunched_in_a_row = 0
     with single_writer(handle.url), _sigterm_as_interrupt():
         for note in recover(handle):
             reporter.note(note)
@@ -85,18 +86,18 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
                 while len(in_flight) < slots and finished_count(handle.study) + len(in_flight) < total:
                     trial = handle.study.ask()
                     task = prepare(handle, trial, recorder)
-                    if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
-                                                 check_rules=checks_rules(handle.space, trial,
-                                                                          task.engine)):
-                        handle.study.tell(trial, state=TrialState.PRUNED)  # never launched
+                    answer = recorder.without_launch(
+                        trial, task.engine, task.knobs, task.omit,
+                        check_rules=checks_rules(handle.space, trial, task.engine))
+                    if answer is not None:  # never launched
+                        handle.study.tell(trial, answer.values, state=answer.state)
                         reporter.trial_finished(handle.study._storage.get_trial(trial._trial_id))
-                        pruned_in_a_row += 1
-                        if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
-                            reporter.note("every recent proposal was known to be infeasible: "
-                                          "stopping")
+                        unlaunched_in_a_row += 1
+                        if unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                            reporter.note(EXHAUSTED)
                             break
                         continue
-                    pruned_in_a_row = 0
+                    unlaunched_in_a_row = 0
                     gpus = _gpus(task) if cluster_gpus else 0
                     ref = remote.options(num_gpus=gpus, num_cpus=0.5).remote(task)
                     in_flight[ref] = (trial, task)
@@ -104,7 +105,7 @@ def _loop(ray, handle: StudyHandle, max_concurrent: int | None, total: int,
                                            total, task.label)
                 if not in_flight:
                     return
-                if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                if unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
                     total = 0  # let the running trials finish, start no more
                 (ref,), _ = ray.wait(list(in_flight), num_returns=1)
                 trial, task = in_flight.pop(ref)

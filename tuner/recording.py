@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import math
 import platform
+from dataclasses import dataclass
 
 import optuna
 import psutil
 from optuna.artifacts import upload_artifact
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
-from . import rules
+from . import results, rules
 from .fingerprint import environment, model_revision
 from .hardware import detect
 from .redact import redact_argv, redact_env, redact_text, secret_values
@@ -48,6 +49,15 @@ def _telemetry_summary(t: dict) -> dict:
     return summary
 
 
+@dataclass(frozen=True)
+class NoLaunch:
+    """A trial decided before launching, and what Optuna is told for it: COMPLETE with
+    ``values``, or PRUNED (the config it repeats was screened out)."""
+
+    state: TrialState
+    values: float | list[float] | None = None
+
+
 class TrialRecorder:
     def __init__(self, study: optuna.Study, space: Space, url: str):
         self.study = study
@@ -67,10 +77,20 @@ class TrialRecorder:
         trial.set_user_attr("engine", engine)
         trial.set_user_attr("arm", trial.user_attrs.get("arm", "search"))
 
+    def without_launch(self, trial: optuna.Trial, engine: str, knobs: dict, omit: frozenset[str],
+                       *, check_rules: bool = True) -> NoLaunch | None:
+        """Whether this trial can be answered without starting an engine, and how: a config known
+        to be infeasible, or one this study has measured already. None: launch it."""
+        if self.known_infeasible(trial, engine, knobs, omit, check_rules=check_rules):
+            return NoLaunch(TrialState.COMPLETE, self.refused_values(trial))
+        return self.reuse(trial, engine)
+
     def known_infeasible(self, trial: optuna.Trial, engine: str, knobs: dict, omit: frozenset[str],
                          *, check_rules: bool = True) -> bool:
         """Decide before launching: a rule of the engine's YAML, or a failure an earlier launch
-        taught, says this config cannot run here. Records why; the caller prunes the trial."""
+        taught, says this config cannot run here. Records why (``pruned_rule``); the caller tells
+        the trial COMPLETE with ``refused_values``, as if the engine had refused it: GPSampler
+        ignores PRUNED trials and would keep proposing the config."""
         version = self._engine_version(engine)
         verdicts = rules.check(engine, knobs, hardware=self.hardware, space=self.space,
                                engine_version=version, omit=omit)
@@ -93,8 +113,46 @@ class TrialRecorder:
             return False
         for k, v in {**why, "feasible": False, "knobs": dict(knobs), "status": "pruned"}.items():
             trial.set_user_attr(k, v)
-        trial.set_constraint("engine_start", 1.0)
         return True
+
+    def reuse(self, trial: optuna.Trial, engine: str) -> NoLaunch | None:
+        """A config the sampler proposes again after this study launched it is not launched
+        again: the trial repeats the latest measurement of it, marked ``reused_from``.
+
+        In small discrete spaces samplers re-propose measured configs often (a third of TPE's
+        trials in the replay benchmark), and each relaunch costs a whole engine start. Repeats
+        that measure noise are `tune confirm`'s: queued trials (baselines, repeats, retries, warm
+        starts) always launch. None: the config is new, launch it.
+        """
+        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params"):
+            return None  # Optuna's mark of an enqueued trial
+        earlier = self._measured(trial.params, engine)
+        if earlier is None:
+            return None
+        trial.set_user_attr("reused_from", earlier.number)
+        for key in ("feasible", "knobs", "fidelity"):
+            if key in earlier.user_attrs:
+                trial.set_user_attr(key, earlier.user_attrs[key])
+        trial.set_user_attr("status", "reused")
+        for key, value in earlier.constraints.items():
+            trial.set_constraint(key, value)
+        if 0 in earlier.intermediate_values:  # its screen, under multi-fidelity
+            trial.report(earlier.intermediate_values[0], step=0)
+        if earlier.state == TrialState.PRUNED:
+            return NoLaunch(TrialState.PRUNED)
+        return NoLaunch(TrialState.COMPLETE, earlier.values if self.space.objective.multi
+                        else earlier.value)
+
+    def _measured(self, params: dict, engine: str) -> FrozenTrial | None:
+        """The latest finished launch of this searched config: served, refused or screened out."""
+        for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                                         TrialState.PRUNED))):
+            served_or_screened = (t.state == TrialState.COMPLETE
+                                  or t.user_attrs.get("fidelity") == "screen")
+            if (t.params == params and t.user_attrs.get("engine") == engine and served_or_screened
+                    and t.user_attrs.get("arm", "search") == "search" and results.launched(t)):
+                return t
+        return None
 
     def _engine_version(self, engine: str) -> str | None:
         for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
@@ -174,20 +232,32 @@ class TrialRecorder:
         trial.set_user_attr("status", "infeasible" if not outcome.ok
                             else "ok" if slo_ok else "slo-violated")
         if not outcome.ok:
-            values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
-        else:
-            values = [self._aggregate(workloads, t.metric, t.direction)
-                      for t in objective.targets()]
+            return self.refused_values(trial)
+        values = [self._aggregate(workloads, t.metric, t.direction) for t in objective.targets()]
+        return values if objective.multi else values[0]
+
+    def refused_values(self, trial: optuna.Trial) -> float | list[float]:
+        """Constraints and value(s) of a config that does not serve (the engine refused it, or a
+        rule says it would): every constraint violated, under the same keys as a served trial,
+        and a pessimistic value, so every sampler learns from it like from any measurement."""
+        objective = self.space.objective
+        trial.set_constraint("engine_start", 1.0)
+        slos = ["max_load"] if objective.max_load is not None else list(objective.slos)
+        for metric in slos:
+            trial.set_constraint(f"slo:{metric}", 1.0)
+        values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
         return values if objective.multi else values[0]
 
     def _record_max_load(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
         """The value is the load; a config that meets the SLOs at no load is infeasible."""
         trial.set_user_attr("load_curve", outcome.load_curve)
         value = outcome.metrics.get("max_load", 0.0) if outcome.ok else 0.0
-        trial.set_constraint("slo:max_load", 0.0 if value > 0 else 1.0)
         trial.set_user_attr("max_load", value)
         trial.set_user_attr("status", "infeasible" if not outcome.ok
                             else "ok" if value > 0 else "slo-violated")
+        if not outcome.ok:
+            return self.refused_values(trial)
+        trial.set_constraint("slo:max_load", 0.0 if value > 0 else 1.0)
         return float(value)
 
     def _aggregate(self, workloads: dict[str, dict], metric: str, direction: str) -> float:

@@ -16,8 +16,19 @@ def is_feasible(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
 
 
+def launched(t: FrozenTrial) -> bool:
+    """Did this trial start an engine? Trials decided before a launch are told to Optuna like the
+    measurement they stand for (so samplers learn from them), but they measured nothing: a config
+    ruled out (``pruned_rule``), or one proposed again after it was measured (``reused_from``)."""
+    return "pruned_rule" not in t.user_attrs and "reused_from" not in t.user_attrs
+
+
 def status_label(t: FrozenTrial) -> str:
     """One word per trial that says what happened: the dashboard alone cannot show constraints."""
+    if "pruned_rule" in t.user_attrs:
+        return "pruned"
+    if "reused_from" in t.user_attrs:
+        return "reused"
     if t.state == TrialState.COMPLETE:
         if is_feasible(t):
             return "ok"
@@ -37,7 +48,8 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
 
 
 def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
-    return sorted(study.best_trials, key=lambda t: t.number)  # feasible trials only
+    """Feasible launched trials only: a reused trial would repeat its source on the front."""
+    return sorted((t for t in study.best_trials if launched(t)), key=lambda t: t.number)
 
 
 def baseline_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -87,8 +99,8 @@ def config_key(t: FrozenTrial) -> tuple:
 def group_configs(study: optuna.Study) -> list[ConfigStats]:
     groups: dict[tuple, ConfigStats] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if not is_feasible(t) or t.value is None:
-            continue
+        if not is_feasible(t) or t.value is None or not launched(t):
+            continue  # a reused trial is not a repeat: it would fake a second measurement
         key = config_key(t)
         groups.setdefault(key, ConfigStats(key[0], dict(t.params))).trials.append(t)
     return list(groups.values())

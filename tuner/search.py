@@ -15,6 +15,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from .results import launched
 from .yaml_io import InputError
 
 SAMPLERS = ("tpe", "random", "gp", "grid", "greedy")
@@ -119,8 +120,8 @@ class GreedySampler(optuna.samplers.BaseSampler):
     def _next(self, study: optuna.Study, number: int) -> dict[str, Any]:
         history = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if t.number != number]
-        # Pruned configs (a rule, a lesson, a screen) count as tried: proposing them again would
-        # loop on a ladder step that can never be launched.
+        # Screened-out configs (PRUNED) count as tried too: proposing them again would loop on a
+        # ladder step that cannot win. Rule-pruned ones are COMPLETE and infeasible.
         running = [t.params for t in study.get_trials(
             deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
         distributions = _distributions(study)
@@ -172,7 +173,8 @@ def screen_threshold(study: optuna.Study, *, margin: float, n_startup: int) -> f
     """
     screens = [t.intermediate_values[0] for t in study.get_trials(
         deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        if 0 in t.intermediate_values and not math.isnan(t.intermediate_values[0])]
+        if 0 in t.intermediate_values and not math.isnan(t.intermediate_values[0])
+        and launched(t)]  # a reused trial repeats its source's screen: not one more screen
     if len(screens) < n_startup:
         return None
     if study.direction == optuna.study.StudyDirection.MAXIMIZE:

@@ -2,7 +2,9 @@
 
 A config the engine refuses is recorded COMPLETE with a pessimistic value and the constraint
 ``engine_start = 1``: every Optuna sampler learns from that, while FAIL trials are ignored by all of
-them. FAIL is kept for interruptions and harness errors; each FAIL trial is retried once.
+them. FAIL is kept for interruptions and harness errors; each FAIL trial is retried once. Trials
+answered without a launch (a config known to be infeasible, or one measured before) are told to
+Optuna the same way, and cost no budget.
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ from .trial_runner import HarnessError, TrialOutcome, run_trial
 from .yaml_io import InputError
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# Proposals answered without a launch (known infeasible, or measured before) in a row that stop a
+# study: the sampler has little new left to propose.
 MAX_PRUNED_IN_A_ROW = 50
+EXHAUSTED = (f"the last {MAX_PRUNED_IN_A_ROW} proposals were all known to be infeasible or "
+             "measured already: the space has little left to launch; stopping (`tune confirm` "
+             "re-measures the best configs)")
 # What must match for measurements to be comparable; the host name may differ (resume elsewhere).
 FINGERPRINT_KEYS = ("device", "gpu", "gpu_count", "gpu_memory_mib", "driver", "cpu")
 
@@ -220,10 +227,11 @@ def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
         name = f"{base}-{n}"
     new = create(handle.space, name, handle.url, linked_from=handle.name)
     if handle.space.objective.multi:
-        best = handle.study.best_trials[:top_k]
+        best = results.pareto_front(handle.study)[:top_k]
     else:
         feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.user_attrs.get("feasible") and t.user_attrs.get("arm", "search") == "search"]
+                    if t.user_attrs.get("feasible") and results.launched(t)
+                    and t.user_attrs.get("arm", "search") == "search"]
         reverse = handle.space.objective.direction == "maximize"
         best = sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]
     for t in best:
@@ -270,9 +278,10 @@ def enqueue_repeats(handle: StudyHandle, *, top_k: int, repeats: int) -> int:
 
 def finished_count(study: optuna.Study) -> int:
     """Trials that used up the budget: launched and finished. Configs pruned by a rule or by what
-    an earlier launch taught cost no launch, so they don't count."""
+    an earlier launch taught, and configs answered with an earlier measurement, cost no launch, so
+    they don't count."""
     return len([t for t in study.get_trials(deepcopy=False, states=FINISHED)
-                if "pruned_rule" not in t.user_attrs])
+                if results.launched(t)])
 
 
 def _owner_alive(t: FrozenTrial, *, exclusive: bool) -> bool:
@@ -365,9 +374,10 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         reporter: Reporter | None = None) -> None:
     """Run until the study has ``n_trials`` finished trials (the budget by default).
 
-    Interrupted and harness-failed trials do not use up the budget; three harness errors in a row
-    stop the study. Several workers may run one study (PostgreSQL, journal file): each starts a
-    trial only while finished + running trials are below the budget.
+    Interrupted and harness-failed trials do not use up the budget, nor do trials answered without
+    a launch; MAX_PRUNED_IN_A_ROW of those in a row, or three harness errors in a row, stop the
+    study. Several workers may run one study (PostgreSQL, journal file): each starts a trial only
+    while finished + running trials are below the budget.
     """
     reporter = reporter or _Quiet()
     total = n_trials or handle.budget
@@ -375,14 +385,17 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
     deadline = time.monotonic() + timeout_s if timeout_s else None
     recorder = TrialRecorder(handle.study, handle.space, handle.url)
     harness_errors = 0
-    rule_pruned_in_a_row = 0
+    unlaunched_in_a_row = 0
 
-    def objective(trial: optuna.Trial) -> float:
+    def objective(trial: optuna.Trial) -> float | list[float]:
         task = prepare(handle, trial, recorder)
         reporter.trial_started(task.number, finished_count(handle.study) + 1, total, task.label)
-        if recorder.known_infeasible(trial, task.engine, task.knobs, task.omit,
-                                     check_rules=checks_rules(handle.space, trial, task.engine)):
-            raise optuna.TrialPruned()
+        answer = recorder.without_launch(trial, task.engine, task.knobs, task.omit,
+                                         check_rules=checks_rules(handle.space, trial, task.engine))
+        if answer is not None:
+            if answer.state == TrialState.PRUNED:
+                raise optuna.TrialPruned()
+            return answer.values
         try:
             outcome = execute(task, on_phase=reporter.phase,
                               on_started=lambda server: recorder.engine_started(trial, server))
@@ -398,9 +411,9 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
         return values
 
     def finished(_study: optuna.Study, trial: FrozenTrial) -> None:
-        nonlocal harness_errors, rule_pruned_in_a_row
+        nonlocal harness_errors, unlaunched_in_a_row
         reporter.trial_finished(trial)
-        rule_pruned_in_a_row = rule_pruned_in_a_row + 1 if "pruned_rule" in trial.user_attrs else 0
+        unlaunched_in_a_row = 0 if results.launched(trial) else unlaunched_in_a_row + 1
         harness_errors = harness_errors + 1 if trial.state == TrialState.FAIL else 0
         if harness_errors >= 3:
             raise HarnessError("three trials in a row failed in the tuner itself; last: "
@@ -417,9 +430,8 @@ def run(handle: StudyHandle, *, n_trials: int | None = None, timeout_s: float | 
             if done + running >= total:
                 time.sleep(2)  # other workers are finishing the budget
                 continue
-            if rule_pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
-                reporter.note(f"the last {MAX_PRUNED_IN_A_ROW} proposals were all known to be "
-                              "infeasible: the space has little left to launch; stopping")
+            if unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
+                reporter.note(EXHAUSTED)
                 return
             if isinstance(handle.study.sampler, GreedySampler) and handle.study.sampler.done(handle.study):
                 reporter.note("the greedy procedure has measured every knob's ladder: done")

@@ -118,7 +118,8 @@ def trial_row(t: FrozenTrial) -> TrialRow:
     ua = t.user_attrs
     over = ", ".join(f"slo:{m}" for m, v in (ua.get("slo_slack") or {}).items() if v > 0)
     failure = (ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error")
-               or ("interrupted" if ua.get("interrupted") else "") or over)
+               or ("interrupted" if ua.get("interrupted") else "")
+               or (f"= trial {ua['reused_from']}" if "reused_from" in ua else "") or over)
     values = t.values if results.is_feasible(t) else None
     value = None if not values else values[0] if len(values) == 1 else tuple(values)
     return TrialRow(t.number, ua.get("arm", "search"), results.status_label(t), value,
@@ -130,9 +131,11 @@ def feasible_copy(study: optuna.Study) -> optuna.Study:
 
     Refused configs carry a made-up pessimistic value; importances and parallel coordinates drawn
     with them would rank knobs by how often they broke the engine, not by what they do to speed.
+    Reused trials would count their source twice.
     """
     copy = optuna.create_study(directions=study.directions)
-    copy.add_trials([t for t in study.get_trials(deepcopy=False) if results.is_feasible(t)])
+    copy.add_trials([t for t in study.get_trials(deepcopy=False)
+                     if results.is_feasible(t) and results.launched(t)])
     return copy
 
 
@@ -159,6 +162,8 @@ def _failures(trials: list[FrozenTrial]) -> list[FailureGroup]:
     groups: dict[tuple[str, str], list[FrozenTrial]] = {}
     for t in trials:
         ua = t.user_attrs
+        if "reused_from" in ua:
+            continue  # its source is listed
         if ua.get("failure_class"):
             groups.setdefault(("infeasible", ua["failure_class"]), []).append(t)
         elif t.state == TrialState.PRUNED or ua.get("pruned_rule"):
@@ -307,7 +312,7 @@ def build(study: optuna.Study) -> ReportData:
     notes: list[str] = []
     pareto: list[int] = []
     if len(study.directions) > 1:
-        pareto = sorted(t.number for t in study.best_trials)
+        pareto = [t.number for t in results.pareto_front(study)]
         notes.append(f"{len(pareto)} trial(s) on the Pareto front; the per-workload table needs "
                      "a single best config")
         winner, best, base, group = None, None, None, None
