@@ -489,7 +489,7 @@ def targets(summary: dict, runs: dict[str, list[Run]], *, n_grid: int) -> list[d
                   f"(<= {quarter:g} of {n_grid})",
         "met": med is not None and med <= quarter,
         "detail": "; ".join(
-            f"{c}: median trials {_fmt(summary[c]['reach_trials_median'])}, "
+            f"{c}: median trials {_fmt(summary[c]['reach_trials_median'], 1)}, "
             f"{100 * summary[c]['reach_by_quarter_grid']:.0f}% of seeds by trial {quarter:g}"
             for c in cands),
     })
