@@ -24,11 +24,16 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
+
+import numpy
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -59,20 +64,92 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+# Our client and the alternatives it was chosen over (docs/benchmark-client.md): the event loop
+# and the JSON decoder swapped back to the standard library's, or an older checkout of the repo
+# (``tuner@/path``, e.g. a worktree of the httpx-based client).
+VARIANTS = ("tuner", "tuner-asyncio-loop", "tuner-stdlib-json")
+
+
 def run_ours(core: int | None, port: int, tokenizer: str, n: int, out_len: int,
-             concurrency: int) -> dict:
+             concurrency: int, variant: str = "tuner") -> dict:
+    repo = variant.split("@", 1)[1] if "@" in variant else str(REPO)
     cmd = _taskset(core) + [sys.executable, str(Path(__file__).resolve()), "--_client",
                             "--port", str(port), "--tokenizer", tokenizer, "--num-prompts", str(n),
-                            "--output-len", str(out_len), "--concurrency", str(concurrency)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                            "--output-len", str(out_len), "--concurrency", str(concurrency),
+                            "--_variant", variant.split("@", 1)[0], "--_repo", repo]
+    proc, cpu = _run_measured(cmd, port)
     if proc.returncode != 0:
         raise RuntimeError(f"client failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1]) | cpu
+
+
+class _CpuSampler(threading.Thread):
+    """Samples a process's CPU time (all its threads, ns precision from /proc/PID/task/*/schedstat)
+    every few ms, so the CPU it used inside the stub's serving window can be read afterwards: the
+    client's start-up (vLLM's imports take seconds) and its result processing are left out."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self.stop_flag = threading.Event()
+
+    def _cpu_s(self) -> float | None:
+        total = 0
+        try:
+            for task in os.listdir(f"/proc/{self.pid}/task"):
+                with open(f"/proc/{self.pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except (OSError, ValueError):
+            return None
+        return total / 1e9
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            cpu = self._cpu_s()
+            if cpu is not None:
+                self.samples.append((time.time(), cpu))
+            time.sleep(0.002)
+
+    def between(self, t0: float, t1: float) -> float:
+        times = [t for t, _ in self.samples]
+        cpus = [c for _, c in self.samples]
+        return float(numpy.interp(t1, times, cpus) - numpy.interp(t0, times, cpus))
+
+
+def _run_measured(cmd: list[str], port: int) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a client and measure its CPU during the window in which the stub served it."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = _CpuSampler(proc.pid)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        sampler.stop_flag.set()
+        sampler.join()
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as resp:
+        window = json.loads(resp.read())
+    t0, t1 = window["first_request_at"], window["last_response_end_at"]
+    if t0 is None or t1 is None or len(sampler.samples) < 2:
+        return done, {}
+    cpu_s = sampler.between(t0, t1)
+    return done, {"window_s": t1 - t0, "client_cpu_s": cpu_s,
+                  "measured_cpu_percent": 100.0 * cpu_s / (t1 - t0)}
 
 
 def _client_main(a: argparse.Namespace) -> None:
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, a._repo)
     from tuner.bench import BenchConfig, run_benchmark
+
+    if a._variant == "tuner-asyncio-loop":
+        import tuner.bench.runner
+        tuner.bench.runner.event_loop_factory = lambda: None
+    elif a._variant == "tuner-stdlib-json":
+        import types
+
+        import tuner.bench.request
+        tuner.bench.request.orjson = types.SimpleNamespace(loads=json.loads)
 
     cfg = BenchConfig(base_url=f"http://127.0.0.1:{a.port}", model="stub", tokenizer=a.tokenizer,
                       num_prompts=a.num_prompts, random_input_len=32, random_output_len=a.output_len,
@@ -81,7 +158,7 @@ def _client_main(a: argparse.Namespace) -> None:
     chunks = sum(1 + len(o.itl) for o in r.outputs if o.success)
     m = r.metrics
     print(json.dumps({
-        "client": "tuner", "completed": m["completed"], "failed": m["failed"],
+        "client": a._variant + ("" if a._repo == str(REPO) else f"@{a._repo}"), "completed": m["completed"], "failed": m["failed"],
         "duration_s": m["duration"], "chunks": chunks, "chunks_per_s": chunks / m["duration"],
         "mean_itl_ms": m["mean_itl_ms"], "p99_itl_ms": m["p99_itl_ms"],
         "mean_tpot_ms": m["mean_tpot_ms"], "client_cpu_percent": r.client_cpu_percent,
@@ -97,7 +174,7 @@ def run_vllm(vllm_bin: str, core: int | None, port: int, tokenizer: str, n: int,
             "--random-input-len", "32", "--random-output-len", str(out_len),
             "--num-prompts", str(n), "--max-concurrency", str(concurrency), "--temperature", "0",
             "--disable-tqdm", "--save-result", "--result-dir", tmp, "--result-filename", "r.json"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc, cpu = _run_measured(cmd, port)
         if proc.returncode != 0:
             raise RuntimeError(f"vllm bench serve failed: {proc.stderr[-2000:]}")
         m = json.loads((Path(tmp) / "r.json").read_text())
@@ -106,7 +183,7 @@ def run_vllm(vllm_bin: str, core: int | None, port: int, tokenizer: str, n: int,
             "duration_s": m["duration"], "chunks": m["total_output_tokens"],
             "chunks_per_s": m["total_output_tokens"] / m["duration"],
             "mean_itl_ms": m["mean_itl_ms"], "p99_itl_ms": m["p99_itl_ms"],
-            "mean_tpot_ms": m["mean_tpot_ms"]}
+            "mean_tpot_ms": m["mean_tpot_ms"]} | cpu
 
 
 def _cpu_busy() -> tuple[float, float]:
@@ -151,11 +228,12 @@ def _tokenizer(path: str | None) -> str:
 
 
 def _versions(vllm_bin: str | None) -> dict:
-    import httpx
     import numpy
+    import orjson
+    import uvloop
 
-    out = {"python": platform.python_version(), "httpx": httpx.__version__,
-           "numpy": numpy.__version__, "cpus": os.cpu_count(), "machine": platform.processor()
+    out = {"python": platform.python_version(), "uvloop": uvloop.__version__,
+           "orjson": orjson.__version__, "numpy": numpy.__version__, "cpus": os.cpu_count(), "machine": platform.processor()
            or platform.machine(), "loadavg_at_start": os.getloadavg()}
     try:
         out["cpu_model"] = next(line.split(":", 1)[1].strip()
@@ -173,6 +251,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--_client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--_variant", default="tuner", help=argparse.SUPPRESS)
+    ap.add_argument("--_repo", default=str(REPO), help=argparse.SUPPRESS)
+    ap.add_argument("--clients", default="tuner",
+                    help=f"comma list of our client variants to run: {', '.join(VARIANTS)}, or "
+                         "tuner@DIR for the client of another checkout")
     ap.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the tiny model)")
     ap.add_argument("--client-core", type=int, default=0)
@@ -190,10 +273,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per setting and client")
     ap.add_argument("--quiet-below", type=float, default=None,
                     help="before each run wait (up to 15 min) until other load is below this many cores")
+    ap.add_argument("--summarize", metavar="JSON", default=None,
+                    help="print the table of an earlier --out file and exit")
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     a = ap.parse_args()
+    if a.summarize:
+        return print(summarize(json.loads(Path(a.summarize).read_text())))
     if a._client:
         return _client_main(a)
+    for v in a.clients.split(","):
+        if v.split("@", 1)[0] not in VARIANTS:
+            ap.error(f"--clients: unknown client {v!r}; choose from {', '.join(VARIANTS)}")
 
     # SIGTERM unwinds like Ctrl-C, so the stub server started below is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -211,7 +301,8 @@ def main() -> None:
         n = max(a.num_prompts, conc)
         stub, port = start_stub(a.server_core, itl)
         try:
-            clients = [("tuner", lambda: run_ours(a.client_core, port, tokenizer, n, out_len, conc))]
+            clients = [(v, lambda v=v: run_ours(a.client_core, port, tokenizer, n, out_len, conc,
+                                                v)) for v in a.clients.split(",")]
             if vllm_bin:
                 clients.append(("vllm", lambda: run_vllm(vllm_bin, a.client_core, port, tokenizer,
                                                          n, out_len, conc)))
@@ -227,16 +318,48 @@ def main() -> None:
                         # whole machine, whole client process (vLLM's start-up included)
                         "machine_busy_cores": (busy1 - busy0) / max(total1 - total0, 1)
                         * (os.cpu_count() or 1)}
+                if res.get("client_cpu_s"):
+                    # The capacity of one core: chunks per second of the client's own CPU time.
+                    res["chunks_per_cpu_s"] = res["chunks"] / res["client_cpu_s"]
                 report["runs"].append(res)
-                print(f"{kind:5} itl={itl:>4g}ms conc={conc:>4} {res['client']:>16}: "
-                      f"{res['chunks_per_s']:>9.0f} chunks/s  mean ITL {res['mean_itl_ms']:7.2f} ms  "
-                      f"p99 ITL {res['p99_itl_ms']:7.2f} ms  busy cores {res['machine_busy_cores']:.2f}"
-                      + (f"  client CPU {res['client_cpu_percent']:.0f}%"
-                         if "client_cpu_percent" in res else ""), flush=True)
+                print(f"{kind:5} itl={itl:>4g}ms conc={conc:>4} {res['client']:>18}: "
+                      f"{res['chunks_per_s']:>9.0f} chunks/s  "
+                      f"{res.get('chunks_per_cpu_s', float('nan')):>9.0f} chunks/CPU-s  "
+                      f"client CPU {res.get('measured_cpu_percent', float('nan')):3.0f}%  "
+                      f"mean ITL {res['mean_itl_ms']:7.2f} ms  p99 ITL {res['p99_itl_ms']:7.2f} ms  "
+                      f"busy cores {res['machine_busy_cores']:.2f}", flush=True)
         finally:
             stop(stub)
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1))
+    print(summarize(report))
+
+
+def summarize(report: dict) -> str:
+    """The docs' table: per setting and client, the median over repeats (and the range)."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in report["runs"]:
+        key = (run["kind"], run["concurrency"], run["client"])
+        groups.setdefault(key, []).append(run)
+    lines = ["| run | concurrency | client | chunks/s | chunks per CPU-second | client CPU | "
+             "ITL mean / p99 ms | runs |", "|---|---|---|---|---|---|---|---|"]
+
+    def cell(runs: list[dict], field: str, fmt: str) -> str:
+        values = sorted(r[field] for r in runs if r.get(field) is not None)
+        if not values:
+            return "–"
+        mid = statistics.median(values)
+        if len(values) == 1:
+            return format(mid, fmt)
+        return f"{mid:{fmt}} ({values[0]:{fmt}}–{values[-1]:{fmt}})"
+
+    for (kind, conc, client), runs in groups.items():
+        itl = (f"{statistics.median(r['mean_itl_ms'] for r in runs):.2f} / "
+               f"{statistics.median(r['p99_itl_ms'] for r in runs):.2f}")
+        lines.append(f"| {kind} | {conc} | {client} | {cell(runs, 'chunks_per_s', ',.0f')} | "
+                     f"{cell(runs, 'chunks_per_cpu_s', ',.0f')} | "
+                     f"{cell(runs, 'measured_cpu_percent', '.0f')} % | {itl} | {len(runs)} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import asyncio
 import json
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 
@@ -40,6 +41,10 @@ class StubServer:
         self.bodies: list[dict] = []  # request bodies, for tests
         self.headers: list[dict] = []
         self._step: _Stepper | None = None
+        # The window in which it served completions, for measuring a client's CPU over exactly
+        # that time (GET /stats returns it and starts a new window).
+        self.first_request_at: float | None = None
+        self.last_response_end_at: float | None = None
 
     def _stepper(self) -> "_Stepper":
         if self._step is None:
@@ -63,10 +68,15 @@ class StubServer:
                 self.requests += 1
                 self.inflight += 1
                 self.max_inflight = max(self.max_inflight, self.inflight)
+                completion = path.split("?", 1)[0].endswith("completions")
+                if completion and self.first_request_at is None:
+                    self.first_request_at = time.time()
                 try:
                     await self.respond(method, path, body, writer, headers)
                 finally:
                     self.inflight -= 1
+                    if completion:
+                        self.last_response_end_at = time.time()
                 if not keep_alive:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -80,6 +90,11 @@ class StubServer:
         if method == "GET" and path in ("/health", "/v1/models"):
             doc = {"object": "list", "data": [{"id": "stub", "object": "model"}]}
             return await _send_json(writer, 200, doc if path == "/v1/models" else {})
+        if method == "GET" and path == "/stats":
+            window = {"first_request_at": self.first_request_at,
+                      "last_response_end_at": self.last_response_end_at}
+            self.first_request_at = self.last_response_end_at = None
+            return await _send_json(writer, 200, window)
         if method != "POST" or not path.endswith("completions"):
             return await _send_json(writer, 404, {"error": f"no route {method} {path}"})
         try:

@@ -226,10 +226,11 @@ class _Connection(asyncio.Protocol):
             self._buf.clear()
         pos, size = 0, len(data)
         body: list[bytes] = []
+        find = data.find
         while pos < size:
             state = self._state
             if state == _CHUNK_SIZE:
-                end = data.find(b"\r\n", pos)
+                end = find(b"\r\n", pos)
                 if end < 0:
                     if size - pos > 1024:
                         raise RemoteProtocolError("malformed chunk size line")

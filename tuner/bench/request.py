@@ -155,38 +155,43 @@ class _Stream:
 
     def consume(self, payloads: list[str]) -> None:
         out, chat, perf, loads = self.out, self.chat, time.perf_counter, orjson.loads
-        for payload in payloads:
-            if payload == DONE:
-                continue
-            try:
-                data = loads(payload)
-                choices = data.get("choices")
-                if choices:
-                    if chat:
-                        delta = choices[0].get("delta") or {}
-                        if not _streams_output(delta):
-                            continue
-                        text = delta.get("content")
-                    else:
-                        text = choices[0].get("text")
-                    t = perf()
-                    if self.first:
-                        out.itl.append(t - self.last)
-                    else:
-                        self.first = True
-                        out.ttft = t - self.start
-                    self.last = t
-                    if text:
-                        self.parts.append(text)
-                elif usage := data.get("usage"):
-                    tokens = usage.get("completion_tokens")
-                    if isinstance(tokens, int):
-                        out.output_tokens = tokens
-                    prompt_tokens = usage.get("prompt_tokens")
-                    if isinstance(prompt_tokens, int):
-                        out.prompt_len = prompt_tokens
-            except Exception as exc:  # JSON or shape errors: this stream is garbage
-                raise _BadStream(f"{type(exc).__name__} on chunk {_excerpt(payload)}") from None
+        itl, parts, first, last = out.itl, self.parts, self.first, self.last
+        try:
+            for payload in payloads:
+                if payload == DONE:
+                    continue
+                try:
+                    data = loads(payload)
+                    choices = data.get("choices")
+                    if choices:
+                        if chat:
+                            delta = choices[0].get("delta") or {}
+                            if not _streams_output(delta):
+                                continue
+                            text = delta.get("content")
+                        else:
+                            text = choices[0].get("text")
+                        t = perf()
+                        if first:
+                            itl.append(t - last)
+                        else:
+                            first = True
+                            out.ttft = t - self.start
+                        last = t
+                        if text:
+                            parts.append(text)
+                    elif usage := data.get("usage"):
+                        tokens = usage.get("completion_tokens")
+                        if isinstance(tokens, int):
+                            out.output_tokens = tokens
+                        prompt_tokens = usage.get("prompt_tokens")
+                        if isinstance(prompt_tokens, int):
+                            out.prompt_len = prompt_tokens
+                except Exception as exc:  # JSON or shape errors: this stream is garbage
+                    raise _BadStream(
+                        f"{type(exc).__name__} on chunk {_excerpt(payload)}") from None
+        finally:
+            self.first, self.last = first, last
 
     def http_error(self) -> str:
         text = " ".join(bytes(self.error_body).decode("utf-8", "replace").split())

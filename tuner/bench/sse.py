@@ -47,7 +47,7 @@ class SSEParser:
             buffer = parts.pop()
             for message in parts:
                 # The shape every engine streams, "data: {...}", skips the general rules.
-                if message[:6] == "data: " and "\n" not in message:
+                if message.startswith("data: ") and "\n" not in message:
                     payload = message[6:].strip() or None
                 else:
                     payload = _payload(message.strip())
