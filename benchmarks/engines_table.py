@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tuner.container import runtime_failures
 from tuner.engine_spec import EngineSpec, Knob, available_engines, load_engine
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "engines.md"
@@ -81,11 +82,12 @@ def render() -> str:
                        f"{_cell(r.source)} |")
     out += ["", "### Failure signatures", "",
             "| engine | class | log text (substring) | generalises on |", "|---|---|---|---|"]
-    for e in engines:
-        for sig in e.failures:
-            pats = "<br>".join(f"`{_cell(p)}`" for p in sig.patterns)
-            out.append(f"| {e.display_name} | {sig.failure_class} | {pats} | "
-                       f"{', '.join(sig.generalises_on) or '—'} |")
+    sources = [(e.display_name, sig) for e in engines for sig in e.failures]
+    sources += [("container runtime", sig) for sig in runtime_failures()]
+    for who, sig in sources:
+        pats = "<br>".join(f"`{_cell(p)}`" for p in sig.patterns)
+        out.append(f"| {who} | {sig.failure_class} | {pats} | "
+                   f"{', '.join(sig.generalises_on) or '—'} |")
     out += ["", END]
     return "\n".join(out)
 

@@ -25,10 +25,12 @@ FAILURE_CLASSES = (
     "startup-timeout",
     "crashed",
     "requests-failed",
+    "container-error",
 )
 FailureClass = Literal[
     "invalid-config", "kv-cache-too-small", "out-of-memory", "unsupported-quantization",
     "unsupported-hardware", "port-in-use", "startup-timeout", "crashed", "requests-failed",
+    "container-error",
 ]
 
 

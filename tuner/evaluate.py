@@ -215,6 +215,7 @@ def evaluate(handle: StudyHandle, workloads: list[Workload], repeats: int,
     path.write_text(json.dumps({**result.summary, "runs": [
         {"arm": run.arm, "repeat": run.repeat, "trial_dir": str(run.outcome.log_path.parent),
          "command": run.outcome.plan.command_line(), "engine_version": run.outcome.engine_version,
+         "image": run.outcome.image,
          "timings": run.outcome.timings, "workload_metrics": run.outcome.workload_metrics,
          "telemetry": run.outcome.telemetry,
          "failure": run.outcome.failure and {"class": run.outcome.failure.failure_class,

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from .engine_spec import EngineSpec, FailureSignature
 
+# Failures of the machine or of the launch, not of the config: the trial is failed and retried
+# instead of teaching the sampler (another process took the port; the container runtime refused).
+NOT_THE_CONFIG = frozenset({"port-in-use", "container-error"})
 # How much of the log's end to scan and to quote: root causes sit near the end of a traceback.
 _TAIL_CHARS = 200_000
 

@@ -1,8 +1,9 @@
 """Start an engine server as its own process group, wait until it serves, and take it down again.
 
-Engines are external commands (each may live in its own venv), started from an argv list, never a
-shell. Readiness is ``GET <health path>`` answering 200 while the process lives; a process that dies
-first is noticed within a second and classified from its log, instead of waiting out a timeout.
+Engines are external commands (each may live in its own venv, or in a container image: see
+``container.py``), started from an argv list, never a shell. Readiness is ``GET <health path>``
+answering 200 while the process lives; a process that dies first is noticed within a second and
+classified from its log, instead of waiting out a timeout.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from pathlib import Path
 import httpx
 import psutil
 
-from . import orphans
-from .engine_spec import EngineSpec
+from . import container, orphans
+from .container import Image
+from .engine_spec import EngineSpec, load_engine
 from .failures import Failure, classify_exit, startup_timeout
+from .paths import expand
 from .redact import redact_argv, redact_env
+from .space import EngineChoice
 from .translate import LaunchPlan
 from .yaml_io import InputError
 
@@ -70,6 +74,15 @@ def check_command(argv0: str) -> None:
             "(set `command:` for this engine in the space to the binary in the engine's venv)")
 
 
+def check_launchable(engine: str, choice: EngineChoice) -> None:
+    """Fail before a study starts when an engine cannot be launched here: its command is missing,
+    or, in a container, the runtime or the image is (the message says to pull it)."""
+    if choice.container is not None:
+        container.inspect_image(choice.container.runtime, choice.container.image)
+    else:
+        check_command(expand((choice.command or load_engine(engine).command)[0]))
+
+
 def group_members(pgid: int) -> list[psutil.Process]:
     members = []
     for proc in psutil.process_iter(["pid"]):
@@ -110,10 +123,27 @@ class Server:
     spec: EngineSpec
     proc: subprocess.Popen
     log_path: Path
+    image: Image | None = None  # the container image, as inspected just before the launch
 
     @property
     def pgid(self) -> int:
+        """The group we started: the engine's, or in a container the ``docker run`` client's."""
         return self.proc.pid  # start_new_session makes the leader's pid the group id
+
+    @property
+    def engine_pgid(self) -> int:
+        """The group of the engine's own processes (for telemetry): in a container they are the
+        daemon's children, in the group of the container's first process."""
+        c = self.plan.container
+        if c is None:
+            return self.pgid
+        return container.main_pid(c.runtime, self._container_ref()) or self.pgid
+
+    def _cidfile(self) -> Path:
+        return self.log_path.parent / self.plan.container.cidfile  # relative to the launch's cwd
+
+    def _container_ref(self) -> str:
+        return container.read_cid(self._cidfile()) or self.plan.container.name
 
     @property
     def base_url(self) -> str:
@@ -129,7 +159,13 @@ class Server:
             return ""
 
     def stop(self, grace_s: float = 10.0) -> None:
+        """End the group; a container is then removed by the id its runtime wrote (by name if it
+        wrote none yet). A failed removal keeps the registry entry, for ``tune resume``; after a
+        removal the id file goes too, so the recorded ``docker run`` line can be run again."""
         kill_group(self.pgid, grace_s, leader=self.proc)
+        if self.plan.container is not None:
+            container.remove(self.plan.container.runtime, self._container_ref())
+            self._cidfile().unlink(missing_ok=True)
         orphans.unregister(self.pgid)
         end = time.monotonic() + 10
         while not port_is_free(self.plan.port, self.plan.host) and time.monotonic() < end:
@@ -141,12 +177,19 @@ def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
     if not port_is_free(plan.port, plan.host):
         raise EngineStartFailed(Failure("port-in-use", f"port {plan.port} is taken before launch",
                                         f"bind {plan.host}:{plan.port} failed"))
-    check_command(plan.argv[0])
+    image = None
+    if plan.container is not None:
+        image = container.inspect_image(plan.container.runtime, plan.container.image)
+        spec = container.with_runtime_failures(spec)
+    else:
+        check_command(plan.argv[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **plan.env}
     with open(log_path, "ab") as log:
         header = (f"# tuner: launching {plan.engine}\n# argv: {redact_argv(plan.argv)}\n"
                   f"# env: {redact_env(plan.env)}\n")
+        if image is not None:
+            header += f"# image: {image.describe()}\n"
         log.write(header.encode())
         log.flush()
         try:
@@ -155,8 +198,13 @@ def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
                                     cwd=log_path.parent)
         except FileNotFoundError:
             raise EngineCommandNotFound(f"engine command {plan.argv[0]!r} not found") from None
-    server = Server(plan, spec, proc, log_path)
-    orphans.register(proc.pid, f"{plan.engine} on port {plan.port}")
+    server = Server(plan, spec, proc, log_path, image)
+    c = plan.container
+    if c is None:
+        orphans.register(proc.pid, f"{plan.engine} on port {plan.port}")
+    else:
+        orphans.register(proc.pid, f"{plan.engine} on port {plan.port} in container {c.name}",
+                         container=c.name, runtime=c.runtime)
     return server
 
 

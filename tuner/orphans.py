@@ -2,7 +2,9 @@
 
 Engines run in their own sessions so Ctrl-C reaches only the tuner, which then stops them. When the
 tuner is killed outright (SIGKILL, a lost Ray driver) nobody stops them; the registry lets the next
-run find exactly those groups — never anyone else's — and reap them.
+run find exactly those groups — never anyone else's — and reap them. An engine in a container is
+not in the group (the group is its ``docker run`` client; the container is the daemon's), so its
+entry names the container too, and reaping removes it even when the client is gone.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from . import container as containers
 from .paths import cache_dir
 
 
@@ -24,12 +27,18 @@ class Entry:
     owner_pid: int
     owner_started: float
     label: str
+    container: str | None = None  # its name, for an engine in a container
+    runtime: str | None = None
 
     def owner_alive(self) -> bool:
         return same_process(self.owner_pid, self.owner_started)
 
-    def engine_alive(self) -> bool:
+    def leader_alive(self) -> bool:
         return same_process(self.pgid, self.leader_started)
+
+    def engine_alive(self) -> bool:
+        return self.leader_alive() or (
+            self.container is not None and containers.exists(self.runtime, self.container))
 
 
 def same_process(pid: int, started: float) -> bool:
@@ -46,9 +55,11 @@ def _dir() -> Path:
     return d
 
 
-def register(pgid: int, label: str) -> Entry:
+def register(pgid: int, label: str, *, container: str | None = None,
+             runtime: str | None = None) -> Entry:
     me = psutil.Process()
-    entry = Entry(pgid, psutil.Process(pgid).create_time(), me.pid, me.create_time(), label)
+    entry = Entry(pgid, psutil.Process(pgid).create_time(), me.pid, me.create_time(), label,
+                  container, runtime)
     path = _dir() / f"{pgid}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(entry)))
@@ -79,12 +90,17 @@ def orphans() -> list[Entry]:
 
 
 def reap() -> list[Entry]:
-    """Kill every orphaned engine group; returns what was killed."""
+    """Kill every orphaned engine group and remove its container; returns what was reaped."""
     from .launcher import kill_group
     killed = []
     for entry in orphans():
-        if entry.pgid != os.getpgid(0):
+        if entry.pgid == os.getpgid(0):
+            unregister(entry.pgid)
+            continue
+        if entry.leader_alive():
             kill_group(entry.pgid, grace_s=5)
-            killed.append(entry)
+        if entry.container is not None:
+            containers.remove(entry.runtime, entry.container)
+        killed.append(entry)
         unregister(entry.pgid)
     return killed

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .container import TUNER_SET_FLAGS
 from .engine_spec import available_engines, load_engine
 from .paths import SPACES_DIR, expand
 from .yaml_io import InputError, load_model, parse_model
@@ -59,10 +60,40 @@ class Param(_Strict):
         return self
 
 
+class Container(_Strict):
+    """Run the engine inside a container image instead of on the host (see ``container.py``)."""
+
+    image: str
+    runtime: Literal["docker", "podman"] = "docker"  # podman takes docker's command line
+    # Extra `docker run` arguments: mounts (-v /models:/models:ro), --shm-size 16g, --ipc host ...
+    args: list[str] = []
+    # "all": the engine gets the GPUs, narrowed to the trial's own when a scheduler (Ray, a worker
+    # started with CUDA_VISIBLE_DEVICES) assigned some. None: no GPU (CPU engines).
+    gpus: Literal["all"] | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image_name(cls, v: str) -> str:
+        if not v or v.startswith("-") or any(c.isspace() for c in v):
+            raise ValueError(f"image {v!r} is not an image name (e.g. vllm/vllm-openai:v0.11.0)")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _not_ours(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag in TUNER_SET_FLAGS:
+                raise ValueError(f"{flag} is set by the tuner: {TUNER_SET_FLAGS[flag]}")
+        return v
+
+
 class EngineChoice(_Strict):
     """An engine in the space: how to run it here and which knobs to search."""
 
     command: list[str] | None = None  # replaces the engine's default command (e.g. a venv's binary)
+    # Run the command inside this image instead of on the host.
+    container: Container | None = None
     env: dict[str, str] = {}
     fixed_args: list[str] = []
     startup_timeout_s: float | None = None

@@ -8,13 +8,16 @@ the command a trial would run.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 
 import yaml
 
+from . import container
+from .container import ContainerLaunch
 from .engine_spec import EngineSpec, Knob
 from .paths import expand
-from .space import EngineChoice, Model, Scalar
+from .space import Container, EngineChoice, Model, Scalar
 from .yaml_io import InputError
 
 
@@ -34,6 +37,8 @@ class LaunchPlan:
     config_file: str | None = None        # contents of the generated config, if any
     config_file_name: str | None = None   # file name to write it to, beside the trial log
     knobs: dict[str, Scalar] = field(default_factory=dict)
+    # Set when the engine runs in a container: then ``argv`` is the ``docker run`` line.
+    container: ContainerLaunch | None = None
 
     def command_line(self) -> str:
         """A copy-pasteable shell line (for humans only: launches always use the argv list)."""
@@ -70,8 +75,15 @@ def build_plan(
     omit: frozenset[str] = frozenset(),
     host: str = "127.0.0.1",
     config_path: str | None = None,
+    container_name: str | None = None,
+    cidfile: str = "container.id",
 ) -> LaunchPlan:
-    """Translate one configuration. ``omit`` lists knobs left to the engine's own defaults."""
+    """Translate one configuration. ``omit`` lists knobs left to the engine's own defaults.
+
+    With ``choice.container`` the engine listens on 0.0.0.0 inside the container and the argv is
+    the ``docker run`` line (``container_name`` and ``cidfile`` identify the container; ``host`` is
+    where the client reaches the mapped port).
+    """
     model_path = model.resolved_path()
     quant = knobs.get("quantization")
     if quant not in (None, "none") and spec.knobs.get("quantization", Knob(flag="-")).prefer_checkpoint:
@@ -84,7 +96,7 @@ def build_plan(
         argv += [spec.model_arg, model_path]
     else:
         argv.append(model_path)
-    argv += [spec.host_flag, host, spec.port_flag, str(port)]
+    argv += [spec.host_flag, "0.0.0.0" if choice.container else host, spec.port_flag, str(port)]
     served = model.name()
     if spec.served_name_flag:
         argv += [spec.served_name_flag, served]
@@ -125,6 +137,28 @@ def build_plan(
                        if spec.config_file.format == "yaml" else json.dumps(config_tree, indent=2))
         argv += [spec.config_file.flag, config_path or config_name]
     env = {**spec.env, **{k: expand(v) for k, v in choice.env.items()}}
+    launch = None
+    if choice.container is not None:
+        launch = ContainerLaunch(choice.container.runtime, choice.container.image,
+                                 container_name or container.unique_name(spec.name), cidfile)
+        # Host paths the tuner itself puts on the command line: the model (unless it is a hub id)
+        # and the generated config file (written beside the trial log before the launch).
+        mounts = [model_path] if os.path.isabs(model_path) and os.path.exists(model_path) else []
+        if config_text is not None and config_path:
+            mounts.append(config_path)
+        argv, env = _in_container(choice.container, launch, argv, env, port, mounts)
     return LaunchPlan(engine=spec.name, argv=argv, env=env, model_path=model_path,
                       served_name=served, port=port, host=host, config_file=config_text,
-                      config_file_name=config_name, knobs=dict(knobs))
+                      config_file_name=config_name, knobs=dict(knobs), container=launch)
+
+
+def _in_container(c: Container, launch: ContainerLaunch, argv: list[str], env: dict[str, str],
+                  port: int, mounts: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The ``docker run`` line for the engine's argv, and the environment of that client."""
+    visible = None
+    if c.gpus is not None:  # the devices the engine would see on the host; inside, 0 to n-1
+        env = dict(env)
+        visible = env.pop("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    run = container.run_argv(c, argv, name=launch.name, cidfile=launch.cidfile, port=port,
+                             env_names=sorted(env), mounts=mounts, visible_devices=visible)
+    return run, env

@@ -14,7 +14,8 @@ from typing import Callable
 
 from .bench import BenchConfig, run_benchmark
 from .engine_spec import load_engine
-from .failures import Failure, classify_exit
+from .container import unique_name
+from .failures import NOT_THE_CONFIG, Failure, classify_exit
 from .fingerprint import engine_version
 from .launcher import EngineStartFailed, Server, free_port, start, wait_ready
 from .load_search import describe, find_max_load
@@ -38,6 +39,7 @@ class TrialOutcome:
     metrics: dict = field(default_factory=dict)
     result_path: Path | None = None
     engine_version: str | None = None
+    image: str | None = None  # in a container: the image's name, id and digests
     timings: dict[str, float] = field(default_factory=dict)
     client_saturated: bool = False
     workload_metrics: dict[str, dict] = field(default_factory=dict)
@@ -111,7 +113,9 @@ def run_trial(
     if spec.config_file is not None:
         config_path = str(trial_dir / f"{engine}-config.{spec.config_file.format}")
     plan = build_plan(spec, choice, space.model, knobs, port=port or free_port(), omit=omit,
-                      config_path=config_path)
+                      config_path=config_path,
+                      container_name=unique_name(space.name, trial_dir.name),
+                      cidfile=str(trial_dir / "container.id"))
     if plan.config_file is not None:
         Path(config_path).write_text(plan.config_file)
     log_path = trial_dir / "server.log"
@@ -130,13 +134,18 @@ def run_trial(
         try:
             outcome.timings["ready_s"] = wait_ready(server, timeout)
         except EngineStartFailed as exc:
-            if exc.failure.failure_class == "port-in-use":
-                # Another process took the port between our check and the bind: not the config's
-                # fault, so the trial is failed and retried instead of teaching the sampler.
-                raise HarnessError(f"port {plan.port} was taken: {exc.failure.evidence}") from exc
-            outcome.failure = exc.failure
+            f = exc.failure
+            if f.failure_class in NOT_THE_CONFIG:
+                # Another process took the port between our check and the bind, or the container
+                # runtime refused: not the config's fault, so the trial is failed and retried
+                # instead of teaching the sampler.
+                why = (f"port {plan.port} was taken" if f.failure_class == "port-in-use"
+                       else f"{f.failure_class}: {f.reason}")
+                raise HarnessError(f"{why}: {f.evidence}") from exc
+            outcome.failure = f
             return outcome
         outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
+        outcome.image = server.image.describe() if server.image else None
         t_bench = time.monotonic()
         primary_errors: list[str] = []
         if space.objective.max_load is not None:
@@ -146,7 +155,7 @@ def run_trial(
         for i, workload in enumerate(workloads if workloads is not None else [space.workload]):
             on_phase("benchmarking" + (f" {workload.name}" if workloads and len(workloads) > 1 else ""))
             metrics_url = server.base_url + spec.metrics_path if spec.metrics_path else None
-            with TelemetrySampler(server.pgid, metrics_url) as sampler:
+            with TelemetrySampler(server.engine_pgid, metrics_url) as sampler:
                 result = run_benchmark(bench_config(space, workload, plan, server.base_url))
             telemetry = sampler.result()
             path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
@@ -167,7 +176,7 @@ def run_trial(
                 break
         outcome.timings["bench_s"] = time.monotonic() - t_bench
         if not server.alive():
-            failure = classify_exit(spec, server.log_text(), server.proc.returncode)
+            failure = classify_exit(server.spec, server.log_text(), server.proc.returncode)
             outcome.failure = Failure(failure.failure_class,
                                       "server died during the benchmark: " + failure.reason,
                                       failure.evidence, failure.generalises_on)

@@ -1,0 +1,191 @@
+"""Engines inside a container image: the ``docker run`` line, the image check, removal by id.
+
+A space may run an engine from an image (``container:`` under the engine) instead of a host binary.
+The engine's command becomes the container's entrypoint and listens on 0.0.0.0 inside, on the same
+port number the host maps on 127.0.0.1, so the benchmark client, readiness and port checks are those
+of a local engine. The ``docker run`` client stays in the foreground in its own process group: its
+output is the container's (the trial log) and its exit is the container's exit, so readiness and
+failure classification do not change. The container itself belongs to the daemon, not to that
+group: teardown removes it by id, and the orphan registry names it for ``tune resume``.
+``--pull never``: a missing image fails at once instead of downloading inside a trial's startup
+timeout, and ``inspect_image`` says so before anything is launched. Podman takes the same command
+line (untested here).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+from .engine_spec import EngineSpec, FailureSignature
+from .paths import ENGINES_DIR, expand
+from .yaml_io import InputError, load_model
+
+if TYPE_CHECKING:
+    from .space import Container
+
+RUNTIME_FILE = ENGINES_DIR / "runtimes" / "container.yaml"
+# `docker run` flags the tuner sets itself, with the reason a space may not set them.
+TUNER_SET_FLAGS = {
+    "--name": "each trial's container gets its own name",
+    "--cidfile": "teardown reads the container id from the trial's directory",
+    "--entrypoint": "the engine's command is the entrypoint (set `command:` instead)",
+    "-p": "the engine's port is mapped on 127.0.0.1",
+    "--publish": "the engine's port is mapped on 127.0.0.1",
+    "-d": "the docker run client stays in the foreground to carry the engine's output",
+    "--detach": "the docker run client stays in the foreground to carry the engine's output",
+    "--gpus": "set `gpus:` instead; the tuner narrows it to the trial's GPUs",
+    "--pull": "images are never pulled during a trial: pull them before the study",
+}
+# A runtime slower than this to answer an inspect or a removal is treated as broken.
+_TIMEOUT_S = 60
+
+
+class ContainerError(RuntimeError):
+    """The container runtime failed at something teardown needs (removing a container)."""
+
+
+@dataclass(frozen=True)
+class ContainerLaunch:
+    """The container of one launch: enough to find and remove it again."""
+
+    runtime: str
+    image: str
+    name: str
+    cidfile: str  # the runtime writes the container id here once the container exists
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image as the runtime has it locally: what a trial's fingerprint names."""
+
+    name: str
+    id: str
+    digests: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return f"{self.name} (" + ", ".join((f"id {self.id}", *self.digests)) + ")"
+
+
+class _RuntimeFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    failures: list[FailureSignature]
+
+
+@cache
+def runtime_failures() -> tuple[FailureSignature, ...]:
+    """Signatures of the runtime's own errors (image missing, port taken), from ``RUNTIME_FILE``."""
+    return tuple(load_model(_RuntimeFile, RUNTIME_FILE).failures)
+
+
+def with_runtime_failures(spec: EngineSpec) -> EngineSpec:
+    """The engine's spec with the runtime's signatures first: docker's errors come before the
+    engine runs at all, and are never the config's fault."""
+    return spec.model_copy(update={"failures": [*runtime_failures(), *spec.failures]})
+
+
+def unique_name(*parts: str) -> str:
+    """``tuner-<parts>-<random>``: recognisable in ``docker ps``, never reused by two launches."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts)).strip("-.")
+    return f"tuner-{slug}-{secrets.token_hex(3)}"
+
+
+def gpu_args(gpus: str | None, visible_devices: str | None) -> list[str]:
+    """``--gpus`` for the option, narrowed to ``visible_devices`` (CUDA_VISIBLE_DEVICES as the
+    engine would have seen it on the host) when a scheduler assigned the trial its GPUs."""
+    if gpus is None:
+        return []
+    if visible_devices is None:
+        return ["--gpus", gpus]
+    devices = ",".join(d.strip() for d in visible_devices.split(",") if d.strip())
+    if not devices:
+        return []  # the trial was given no GPU
+    return ["--gpus", f'"device={devices}"']  # quoted: --gpus splits an unquoted value on commas
+
+
+def run_argv(container: Container, engine_argv: list[str], *, name: str, cidfile: str, port: int,
+             env_names: list[str], mounts: list[str], visible_devices: str | None) -> list[str]:
+    """The ``docker run`` line that runs ``engine_argv`` inside the image.
+
+    ``env_names`` are passed as ``-e NAME``: the runtime copies each value from its own
+    environment, so no value (a token) appears in the argv. ``mounts`` are host paths the tuner
+    itself puts on the engine's command line (the model, a generated config file): each is mounted
+    read-only at the same path.
+    """
+    argv = [container.runtime, "run", "--pull", "never", "--name", name, "--cidfile", cidfile,
+            "-p", f"127.0.0.1:{port}:{port}", *gpu_args(container.gpus, visible_devices)]
+    for path in mounts:
+        if ":" in path:
+            raise InputError(f"cannot mount {path!r} into the container: the path contains ':'")
+        argv += ["-v", f"{path}:{path}:ro"]
+    for env_name in env_names:
+        argv += ["-e", env_name]
+    argv += [expand(a) for a in container.args]
+    return argv + ["--entrypoint", engine_argv[0], container.image, *engine_argv[1:]]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ContainerError(f"`{' '.join(argv)}` did not answer within {_TIMEOUT_S} s") from None
+
+
+def inspect_image(runtime: str, image: str) -> Image:
+    """The local image; fails with what to do when the runtime or the image is missing."""
+    if shutil.which(runtime) is None:
+        raise InputError(f"container runtime {runtime!r} (for image {image!r}) is not on PATH: "
+                         "install it, or remove `container:` to run the engine on the host")
+    proc = _run([runtime, "image", "inspect", "--format",
+                 "{{.Id}}{{range .RepoDigests}} {{.}}{{end}}", image])
+    if proc.returncode != 0:
+        error = proc.stderr.strip()
+        if "no such image" in error.lower() or "image not known" in error.lower():
+            raise InputError(f"image {image!r} is not on this machine: pull it first "
+                             f"(`{runtime} pull {image}`); trials never pull, so a download "
+                             "cannot eat into an engine's startup timeout")
+        raise InputError(f"{runtime} cannot inspect image {image!r}: {error}")
+    image_id, *digests = proc.stdout.split()
+    return Image(image, image_id, tuple(digests))
+
+
+def read_cid(cidfile: Path) -> str | None:
+    try:
+        return cidfile.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def remove(runtime: str, ref: str) -> None:
+    """``rm -f`` a container by id or name; one that is gone already is fine."""
+    proc = _run([runtime, "rm", "-f", ref])
+    if proc.returncode != 0 and "no such container" not in proc.stderr.lower():
+        raise ContainerError(f"`{runtime} rm -f {ref}` failed: {proc.stderr.strip()}; the "
+                             "container may still hold its port and GPUs (`tune resume` "
+                             "tries again)")
+
+
+def exists(runtime: str, ref: str) -> bool:
+    """Does the container exist? Assumed so when the runtime cannot tell (daemon down), so that
+    the registry keeps naming it until it can be removed."""
+    try:
+        proc = _run([runtime, "container", "inspect", "--format", "{{.Id}}", ref])
+    except FileNotFoundError:  # no runtime, no container
+        return False
+    return proc.returncode == 0 or "no such container" not in proc.stderr.lower()
+
+
+def main_pid(runtime: str, ref: str) -> int | None:
+    """Host pid of the container's first process, the leader of the engine's process group."""
+    proc = _run([runtime, "container", "inspect", "--format", "{{.State.Pid}}", ref])
+    pid = proc.stdout.strip()
+    return int(pid) if proc.returncode == 0 and pid.isdigit() and int(pid) > 0 else None
