@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -71,6 +72,11 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--server-core", type=int, default=None,
+                    help="pin the engine to this core (and its OpenMP threads)")
+    ap.add_argument("--client-core", type=int, default=None,
+                    help="pin both clients to this core, so neither client's CPU is taken from "
+                         "the engine")
     ap.add_argument("--out", type=Path, default=None,
                     help="result file (default: benchmarks/data/fidelity-<date>.json)")
     args = ap.parse_args()
@@ -79,8 +85,15 @@ def main() -> None:
 
     space = load_space("cpu-smoke")
     spec = load_engine("vllm")
-    choice = space.engines["vllm"].model_copy(update={
-        "fixed_args": [*space.engines["vllm"].fixed_args, "--no-enable-prefix-caching"]})
+    base = space.engines["vllm"]
+    update: dict = {"fixed_args": [*base.fixed_args, "--no-enable-prefix-caching"]}
+    if args.server_core is not None:
+        core = str(args.server_core)
+        update["command"] = ["taskset", "-c", core, str(VLLM), "serve"]
+        update["env"] = {**base.env, "VLLM_CPU_OMP_THREADS_BIND": core}
+    if args.client_core is not None:
+        os.sched_setaffinity(0, {args.client_core})  # inherited by `vllm bench serve`
+    choice = base.model_copy(update=update)
     plan = build_plan(spec, choice, space.model, {}, port=launcher.free_port())
     tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
     server = launcher.start(plan, spec, tmp / "server.log")
@@ -125,6 +138,7 @@ def main() -> None:
                                     "min": min(ratios), "max": max(ratios)}
     version = subprocess.run([str(VLLM), "--version"], capture_output=True, text=True).stdout.strip()
     doc = {"date": datetime.now(timezone.utc).isoformat(), "vllm_version": version,
+           "server_core": args.server_core, "client_core": args.client_core,
            "pairs": args.pairs, "prompts": args.prompts, "seed": args.seed,
            "server": plan.command_line(), "summary": summary, "runs": results}
     out = args.out or REPO_ROOT / "benchmarks" / "data" / f"fidelity-{datetime.now():%Y%m%d}.json"

@@ -252,6 +252,7 @@ def test_study_in_containers_removes_each_container(tmp_path, studies, hostfs_im
         argv = t.user_attrs["argv"]
         assert argv[:2] == ["docker", "run"] and argv[argv.index("--entrypoint") + 2] == IMAGE
         assert t.user_attrs["engine_version"] == "0.32.0"
+        assert t.user_attrs["environment"]["engine_image"].startswith(f"{IMAGE} (id sha256:")
         trial_dir = studies / f"{name}-files" / "trials" / f"trial-{t.number:04d}"
         log = (trial_dir / "server.log").read_text()
         assert f"# image: {IMAGE} (id sha256:" in log
@@ -305,6 +306,7 @@ def test_missing_image_fails_before_any_launch_and_says_to_pull(tmp_path, studie
     assert f"docker pull {image}" in proc.stderr
     assert _containers(f"tuner-{name}-") == []
     assert not list(studies.glob("*-files/trials/*/server.log"))  # nothing was launched
+    assert not (studies / f"{name}.db").exists()  # refused before the study was created
 
 
 @pytest.mark.engine

@@ -180,7 +180,7 @@ class TrialRecorder:
             "command": redact_text(plan.command_line(), secrets),
             "knobs": plan.knobs,
             "environment": {**self.env, "engine_version": outcome.engine_version,
-                            "model_revision": self.model_rev},
+                            "engine_image": outcome.image, "model_revision": self.model_rev},
             "engine_version": outcome.engine_version,
             "timings": {k: round(v, 2) for k, v in outcome.timings.items()},
             "feasible": outcome.ok,

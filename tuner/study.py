@@ -24,10 +24,8 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from . import orphans, results
-from .engine_spec import load_engine
 from .fingerprint import environment
-from .launcher import check_command
-from .paths import expand
+from .launcher import check_launchable
 from .recording import SCREEN, TrialRecorder
 from .redact import redact_space
 from .search import GreedySampler, make_sampler, screen_threshold
@@ -147,7 +145,7 @@ def fingerprint() -> dict:
 
 def _check_commands(space: Space) -> None:
     for engine, choice in space.engines.items():
-        check_command(expand((choice.command or load_engine(engine).command)[0]))
+        check_launchable(engine, choice)
 
 
 def create(space: Space, name: str, url: str, *, join: bool = False,
