@@ -186,7 +186,10 @@ def test_keyboard_interrupt_propagates_promptly(tmp_path, tok_dir):
     with RunningStub(StubOptions(itl_ms=100)) as s:
         script = tmp_path / "run.py"
         script.write_text(
-            "import sys\n"
+            "import signal, sys\n"
+            # Ctrl-C as in a terminal, even when this test runs under a shell that started it in
+            # the background (SIGINT ignored, and inherited as ignored).
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from tuner.bench import BenchConfig, run_benchmark\n"
             f"cfg = BenchConfig(base_url={s.url!r}, model='stub', tokenizer={tok_dir!r},\n"
             "                  num_prompts=4, random_input_len=16, random_output_len=2000)\n"
