@@ -116,8 +116,11 @@ def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin
     # Enough prompts that the benchmark takes a while on 2 cores, so SIGINT lands inside it.
     space = small_space(tmp_path, num_prompts=400, n_trials=2, name="sigint",
                         baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
+    # SIGINT as from a terminal's Ctrl-C, even when the test run itself was started in the
+    # background (a shell hands SIGINT down as ignored then, and tune rightly keeps it so).
     proc = subprocess.Popen([str(TUNE), "start", "--space", str(space)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     db = studies / "sigint.db"
     try:
         pgid = _wait_for(lambda: _running_engine(db), 300, "the first trial's engine to launch",
