@@ -5,6 +5,7 @@ nothing new left to launch. The engine path is covered by test_study_vllm.py."""
 from __future__ import annotations
 
 import sys
+import warnings
 from types import SimpleNamespace
 
 import optuna
@@ -193,3 +194,18 @@ def test_a_screened_out_config_proposed_again_stays_screened_out(studies, monkey
         assert t.user_attrs["reused_from"] == first.number and t.state == TrialState.PRUNED
         assert t.intermediate_values == first.intermediate_values == {0: 100.0}
     assert screen_threshold(handle.study, margin=0.1, n_startup=4) is None  # still 3 screens
+
+
+def test_a_refused_launch_sets_each_constraint_once(studies, fake):
+    """Optuna warns on the user's terminal for every constraint set twice: a refused launch must
+    get its violated constraints in one place."""
+    data = _space(budget={"n_trials": 6}).model_dump()
+    data["engines"]["vllm"]["check_rules"] = False  # launch the configs vLLM refuses
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handle, _ = _run(space_from_dict(data), "refused")
+    refused = [t for t in handle.study.trials if t.user_attrs.get("failure_class")]
+    assert refused, "the seed launched no refused config; pick another"
+    for t in refused:
+        assert t.constraints == {"engine_start": 1.0, "slo:p99_ttft_ms": 1.0}
+    assert not [w for w in caught if "already set" in str(w.message)]

@@ -210,7 +210,8 @@ class TrialRecorder:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         self._upload(trial, outcome, secrets)
-        trial.set_constraint("engine_start", 0.0 if outcome.ok else 1.0)
+        if outcome.ok:  # a refused config gets all its constraints from refused_values
+            trial.set_constraint("engine_start", 0.0)
         objective = self.space.objective
         if screen is not None and not objective.multi:
             trial.report(float(screen.get(objective.metric, math.nan)), step=0)
@@ -220,9 +221,9 @@ class TrialRecorder:
         if objective.max_load is not None:
             return self._record_max_load(trial, outcome)
         slack = self._slo_slack(workloads) if outcome.ok else None
-        for metric in objective.slos:
-            # Unknown (engine refused) counts as violated, so every trial has the same keys.
-            trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
+        if outcome.ok:
+            for metric in objective.slos:
+                trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
         slo_ok = not slack or all(v <= 0 for v in slack.values())
         if objective.slos:
             trial.set_user_attr("slo_ok", bool(slack) and slo_ok)
