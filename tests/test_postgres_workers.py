@@ -73,6 +73,7 @@ def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_
                                  capture_output=True, text=True, timeout=900)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         study = optuna.load_study(study_name="outage", storage=pg.url)
-        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        complete = [t for t in study.trials
+                    if t.state == optuna.trial.TrialState.COMPLETE and results.launched(t)]
         assert len(complete) == 2
         assert any(t.user_attrs.get("retry_of") == 0 for t in complete)
