@@ -39,18 +39,20 @@ TRUTH = {
 }
 
 
+# The 8-config grid of these tests (and of tests/test_study_run.py).
+GRID_PARAMS = {
+    "max_num_seqs": {"type": "categorical", "choices": [2, 8], "default": 8},
+    "max_num_tokens": {"type": "categorical", "choices": [256, 2048], "default": 256},
+    "chunked_prefill": {"type": "bool", "default": True},
+}
+GRID_FIXED = {"max_seq_len": 2048}
+
+
 def _space(**over):
     data = {
         "name": "replay-test",
         "model": {"path": "/nonexistent/tiny", "served_name": "tiny"},
-        "engines": {"vllm": {
-            "params": {
-                "max_num_seqs": {"type": "categorical", "choices": [2, 8], "default": 8},
-                "max_num_tokens": {"type": "categorical", "choices": [256, 2048], "default": 256},
-                "chunked_prefill": {"type": "bool", "default": True},
-            },
-            "fixed": {"max_seq_len": 2048},
-        }},
+        "engines": {"vllm": {"params": GRID_PARAMS, "fixed": GRID_FIXED}},
         "workload": {"num_prompts": 8},
         "fidelity": {"screen_prompts": 2, "margin": 0.1, "n_startup": 2},
     }

@@ -20,6 +20,8 @@ from tuner.space import space_from_dict
 from tuner.storage import default_url
 from tuner.trial_runner import TrialOutcome
 
+from .test_replay import GRID_FIXED, GRID_PARAMS
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # (max_num_seqs, max_num_tokens, chunked_prefill) -> throughput; None: the engine refuses it.
 # chunked_prefill=false with max_num_tokens < max_seq_len is refused by vLLM, and ruled out by
@@ -37,12 +39,8 @@ def _space(**over):
         "model": {"path": "/nonexistent/tiny", "served_name": "tiny"},
         "engines": {"vllm": {
             "command": [sys.executable],
-            "params": {
-                "max_num_seqs": {"type": "categorical", "choices": [2, 8], "default": 8},
-                "max_num_tokens": {"type": "categorical", "choices": [256, 2048], "default": 256},
-                "chunked_prefill": {"type": "bool", "default": True},
-            },
-            "fixed": {"max_seq_len": 2048},
+            "params": GRID_PARAMS,
+            "fixed": GRID_FIXED,
         }},
         "workload": {"num_prompts": 8},
         "objective": {"metric": "total_token_throughput", "slos": {"p99_ttft_ms": 1000}},
