@@ -204,9 +204,7 @@ class _Connection(asyncio.Protocol):
         self.exchanges += 1
         self._buf.clear()
         self._decompress = None
-        self._transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
-            self._transport.write(body)
+        self._transport.writelines((head, body))
         try:
             await self._done
         finally:
