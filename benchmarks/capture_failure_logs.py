@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tuner import launcher
-from tuner.engine_spec import load_engine
+from tuner.configs.translate import build_plan
+from tuner.engines.spec import load_engine
+from tuner.runtime import launcher, procgroup
 from tuner.space import load_space
-from tuner.translate import build_plan
 
 CASES = {
     "invalid-config-mnbt-lt-max-len": {"max_num_tokens": 256, "chunked_prefill": False, "max_seq_len": 2048},
@@ -34,7 +34,7 @@ def main(names: list[str]) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names or list(CASES):
         plan = build_plan(spec, space.engines["vllm"], space.model, CASES[name],
-                          port=launcher.free_port())
+                          port=procgroup.free_port())
         log = Path(f"/tmp/tuner-capture-{name}.log")
         log.unlink(missing_ok=True)
         server = launcher.start(plan, spec, log)

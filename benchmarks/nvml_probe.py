@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.launcher import kill_group  # noqa: E402
-from tuner.telemetry import TelemetrySampler, derived  # noqa: E402
+from tuner.runtime.procgroup import kill_group  # noqa: E402
+from tuner.trial.telemetry import TelemetrySampler, derived  # noqa: E402
 
 # Prints one line when its GPU work starts, then counts products into a file on SIGTERM.
 _LOAD = """
@@ -57,11 +57,12 @@ while True:
 def engine_run(space_name: str, num_prompts: int | None) -> dict:
     """The space's first engine at its defaults, its workload benchmarked under the sampler."""
     from tuner.bench import run_benchmark
-    from tuner.engine_spec import load_engine
-    from tuner.launcher import free_port, start, wait_ready
+    from tuner.configs.translate import build_plan
+    from tuner.engines.spec import load_engine
+    from tuner.runtime.launcher import start, wait_ready
+    from tuner.runtime.procgroup import free_port
     from tuner.space import load_space
-    from tuner.translate import build_plan
-    from tuner.trial_runner import bench_config
+    from tuner.trial.runner import bench_config
 
     space = load_space(space_name)
     engine, choice = next(iter(space.engines.items()))

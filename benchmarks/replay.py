@@ -37,12 +37,17 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from tuner import results
-from tuner.recording import TrialRecorder
-from tuner.search import GreedySampler, screen_threshold
+from tuner.errors import InputError
+from tuner.record import results, schema
 from tuner.space import Fidelity, Space, load_space, suggest
-from tuner.study import MAX_PRUNED_IN_A_ROW, TrialTask, _sampler  # the live study's own pieces
-from tuner.yaml_io import InputError
+from tuner.study.driver import MAX_PRUNED_IN_A_ROW
+from tuner.study.recorder import TrialRecorder
+from tuner.study.samplers import (
+    GreedySampler,
+    _sampler,  # the live study's own pieces
+    screen_threshold,
+)
+from tuner.study.task import TrialTask
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -326,8 +331,8 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
 
     def objective(trial: optuna.Trial) -> float:
         engine, knobs = suggest(trial, space)
-        trial.set_user_attr("arm", "search")
-        trial.set_user_attr("engine", engine)
+        trial.set_user_attr(schema.ARM, "search")
+        trial.set_user_attr(schema.ENGINE, engine)
         # tuner.study.prepare: the threshold is computed before the trial runs.
         threshold = (screen_threshold(study, margin=fidelity.margin, n_startup=fidelity.n_startup)
                      if multi_fidelity else None)
@@ -339,7 +344,7 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
                                           check_rules=space.engines[engine].check_rules)
                   if rules else recorder.reuse(trial, engine))
         if answer is not None:
-            state = "reused" if "reused_from" in trial.user_attrs else "rule-pruned"
+            state = "reused" if schema.REUSED_FROM in trial.user_attrs else "rule-pruned"
             cost[trial.number] = (params, state, 0.0)
             if answer.state == TrialState.PRUNED:
                 raise optuna.TrialPruned()
@@ -348,8 +353,8 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
         occurrences[idx] = occ + 1
         draw = np.random.default_rng([seed, idx, occ])
         launch = point.launches[int(draw.integers(len(point.launches)))]
-        trial.set_user_attr("feasible", launch.ok)
-        trial.set_user_attr("engine_version", engine_version)
+        trial.set_user_attr(schema.FEASIBLE, launch.ok)
+        trial.set_user_attr(schema.ENGINE_VERSION, engine_version)
         seconds = launch.launch_s
         if not launch.ok:
             # tuner.recording: refused at start -> COMPLETE, pessimistic value, engine_start = 1
@@ -364,7 +369,7 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
                 task = TrialTask(trial.number, engine, knobs, frozenset(), Path("."), space,
                                  screen_threshold=threshold)
                 passed = task.gate({metric: launch.screen_value})
-            trial.set_user_attr("fidelity", "full" if passed else "screen")
+            trial.set_user_attr(schema.FIDELITY, "full" if passed else "screen")
         if not passed:
             cost[trial.number] = (params, "screened-out", seconds)
             raise optuna.TrialPruned()  # tuner.study.run: recorder returned None
@@ -383,7 +388,7 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
         study.optimize(objective, n_trials=1)
         ft = study.trials[-1]
         params, state, seconds = cost[ft.number]
-        unlaunched_in_a_row = 0 if results.launched(ft) else unlaunched_in_a_row + 1
+        unlaunched_in_a_row = 0 if schema.launched(ft) else unlaunched_in_a_row + 1
         if state == "reused":
             run.reused += 1
             continue

@@ -22,6 +22,8 @@ from pathlib import Path
 import psutil
 import yaml
 
+from tuner.record import schema
+
 REPO = Path(__file__).resolve().parent.parent
 TUNE = Path(sys.executable).parent / "tune"
 
@@ -63,12 +65,12 @@ def main() -> None:
                               storage=f"sqlite:///{work / 'studies' / 'soak.db'}")
     states = {}
     for t in study.trials:
-        label = t.user_attrs.get("status") or t.state.name.lower()
+        label = t.user_attrs.get(schema.STATUS) or t.state.name.lower()
         states[label] = states.get(label, 0) + 1
-    from tuner.launcher import group_members
+    from tuner.runtime.procgroup import group_members
     # Only this study's engines: other servers may run on the machine at the same time.
-    engines_left = [p.pid for t in study.trials if t.user_attrs.get("engine_pgid")
-                    for p in group_members(t.user_attrs["engine_pgid"])]
+    engines_left = [p.pid for t in study.trials if t.user_attrs.get(schema.ENGINE_PGID)
+                    for p in group_members(t.user_attrs[schema.ENGINE_PGID])]
     first = samples[len(samples) // 10] if samples else {}
     last = samples[-1] if samples else {}
     result = {

@@ -6,6 +6,7 @@ import pytest
 from tuner import tiny_model
 from tuner.paths import cache_dir
 
+
 def _engine_or_skip(path: Path, what: str) -> Path:
     if path.exists():
         return path

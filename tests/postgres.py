@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from tuner.launcher import free_port
+from tuner.runtime.procgroup import free_port
 
 
 def _bin(name: str) -> str | None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tuner.paths import SAMPLES_DIR
 from tuner.bench import BenchConfig, BenchInputError, load_requests, load_tokenizer
 from tuner.bench.datasets import sample_random, sample_sharegpt
 
-DATA = Path(__file__).parent / "data" / "sharegpt_small.json"
+DATA = SAMPLES_DIR / "sharegpt_small.json"
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from tuner.bench import BenchConfig, BenchResult, SampleRequest, run_benchmark
 from tuner.bench.arrivals import arrival_offsets
-from tuner.bench.command import register, write_json_atomic
+from tuner.bench.results_file import write_json_atomic
+from tuner.cli.bench import register
 
 REPO = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("stub_server", REPO / "benchmarks" / "stub_server.py")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner.paths import SAMPLES_DIR
 from tuner.bench import BenchConfig, load_tokenizer, run_benchmark
 from tuner.bench.datasets import sample_random, sample_sharegpt
 from tuner.bench.sse import SSEParser
@@ -21,7 +22,7 @@ from tuner.bench.sse import SSEParser
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parent.parent
-SHAREGPT = REPO / "tests" / "data" / "sharegpt_small.json"
+SHAREGPT = SAMPLES_DIR / "sharegpt_small.json"
 _spec = importlib.util.spec_from_file_location("stub_server", REPO / "benchmarks" / "stub_server.py")
 stub_server = sys.modules.setdefault("stub_server", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(stub_server)

@@ -4,7 +4,7 @@
 import yaml
 from typer.testing import CliRunner
 
-from tuner.cli import app
+from tuner.cli.app import app
 from tuner.paths import SPACES_DIR
 
 runner = CliRunner()

@@ -21,16 +21,18 @@ import optuna
 import pytest
 import yaml
 
-from tuner import orphans
-from tuner.container import inspect_image, runtime_failures, unique_name, with_runtime_failures
-from tuner.engine_spec import load_engine
-from tuner.failures import NOT_THE_CONFIG, classify_exit
+from tuner.configs.container import unique_name
+from tuner.configs.translate import build_plan
+from tuner.engines.failures import NOT_THE_CONFIG, classify_exit
+from tuner.engines.runtimes import runtime_failures, with_runtime_failures
+from tuner.engines.spec import load_engine
+from tuner.errors import InputError
 from tuner.paths import SPACES_DIR, cache_dir
+from tuner.record.schema import launched
 from tuner.redact import MASK, redact_argv, redact_space
-from tuner.results import launched
+from tuner.runtime import orphans
+from tuner.runtime.container import inspect_image
 from tuner.space import Container, EngineChoice, Model, load_space
-from tuner.translate import build_plan
-from tuner.yaml_io import InputError
 
 from .test_study_vllm import _wait_for, load, run_tune
 
@@ -328,11 +330,12 @@ def test_runtime_refusal_fails_the_trial_instead_of_teaching_the_sampler(tmp_pat
 
 _ABANDON = textwrap.dedent("""
     import os, signal, sys
-    from tuner import container, launcher
-    from tuner.engine_spec import Readiness, load_engine
+    from tuner.runtime import container
+    from tuner.runtime import launcher
+    from tuner.engines.spec import Readiness, load_engine
     from tuner.space import Container
-    from tuner.translate import LaunchPlan
-    from tuner.container import ContainerLaunch
+    from tuner.configs.translate import LaunchPlan
+    from tuner.configs.container import ContainerLaunch
     python, image, workdir, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     port = launcher.free_port()
     launch = ContainerLaunch("docker", image, container.unique_name("abandon"), "container.id")

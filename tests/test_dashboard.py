@@ -15,9 +15,10 @@ import typer
 from optuna.trial import TrialState, create_trial
 from typer.testing import CliRunner
 
-from tuner.dashboard import is_loopback, register, resolve, trial_note, write_missing_notes
-from tuner.launcher import free_port, kill_group
-from tuner.yaml_io import InputError
+from tuner.cli.dashboard import register
+from tuner.errors import InputError
+from tuner.report.dashboard import is_loopback, resolve, trial_note, write_missing_notes
+from tuner.runtime.procgroup import free_port, kill_group
 
 # The command as a program of its own, so this test does not depend on how cli.py wires it.
 DASHBOARD = [sys.executable, "-c",

@@ -3,8 +3,8 @@ transformers serve (lines of real logs captured on the CPU machine)."""
 
 import pytest
 
-from tuner.engine_spec import load_engine
-from tuner.failures import classify_exit
+from tuner.engines.failures import classify_exit
+from tuner.engines.spec import load_engine
 
 GENERAL = ("engine", "quantization", "device")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from tuner.engine_spec import EngineSpec, Knob, load_engine
+from tuner.configs.translate import build_plan
+from tuner.engines.spec import EngineSpec, Knob, load_engine
 from tuner.space import EngineChoice, Model
-from tuner.translate import build_plan
 
 FLAGS = Path(__file__).parent / "data" / "engine_flags"
 MODEL = Model(path="/models/m", served_name="m")

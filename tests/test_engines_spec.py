@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine_spec import EngineSpec, Knob, available_engines, load_engine
+from tuner.engines.spec import EngineSpec, Knob, available_engines, load_engine
 from tuner.space import available_spaces, load_space
 
 ENGINES = ["sglang", "transformers", "trtllm", "vllm"]

@@ -13,12 +13,13 @@ import pytest
 
 from tuner.bench.config import BenchConfig
 from tuner.bench.request import build_payload
-from tuner.trial_runner import bench_config
-from tuner.engine_spec import load_engine
+from tuner.configs.translate import build_plan
+from tuner.engines.spec import load_engine
 from tuner.fingerprint import engine_version
-from tuner.launcher import free_port, start, wait_ready
+from tuner.runtime.launcher import start, wait_ready
+from tuner.runtime.procgroup import free_port
 from tuner.space import load_space
-from tuner.translate import build_plan
+from tuner.trial.runner import bench_config
 
 pytestmark = pytest.mark.engine
 

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from tuner import evaluate as ev
-from tuner.failures import Failure
+from tuner.engines.failures import Failure
+from tuner.errors import InputError
+from tuner.record.storage import artifact_store
 from tuner.report import data as report_data
+from tuner.report import evaluate as ev
 from tuner.space import Workload, load_space
-from tuner.storage import artifact_store
-from tuner.study import StudyHandle
-from tuner.trial_runner import TrialOutcome
-from tuner.yaml_io import InputError
+from tuner.study.lifecycle import StudyHandle
+from tuner.trial.runner import TrialOutcome
 
 from .test_report import _study
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.engine_spec import load_engine
-from tuner.failures import classify_exit, startup_timeout
+from tuner.engines.failures import classify_exit, startup_timeout
+from tuner.engines.spec import load_engine
 
 LOGS = Path(__file__).parent / "data" / "logs"
 

@@ -14,8 +14,8 @@ import psutil
 import pytest
 import yaml
 
-from tuner import orphans
 from tuner.paths import SPACES_DIR
+from tuner.runtime import orphans
 
 from .test_study_vllm import _running_engine, _wait_for, load, run_tune
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from tuner import fingerprint, hardware
-from tuner.yaml_io import InputError
+from tuner import fingerprint
+from tuner.engines import hardware
+from tuner.errors import InputError
 
 A100_NVML = [{"index": i, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0",
               "memory_mib": 81920, "driver": "550.54.15"} for i in range(2)]

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tuner.load_search import find_max_load
+from tuner.errors import InputError
 from tuner.space import space_from_dict
-from tuner.yaml_io import InputError
+from tuner.trial.load_search import find_max_load
 
 
 def server(capacity: float):

@@ -7,8 +7,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from tuner.hardware import profile
-from tuner.plan import build_plan_report, register
+from tuner.cli.plan import register
+from tuner.configs.plan import build_plan_report
+from tuner.engines.hardware import profile
 from tuner.space import load_space
 
 

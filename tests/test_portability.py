@@ -10,11 +10,11 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from tuner import study as study_mod
-from tuner.cli import app
+from tuner.cli.app import app
+from tuner.errors import InputError
+from tuner.record.storage import artifact_store, default_url, open_storage
 from tuner.space import load_space
-from tuner.storage import artifact_store, default_url, open_storage
-from tuner.yaml_io import InputError
+from tuner.study import lifecycle as study_mod
 
 runner = CliRunner()
 

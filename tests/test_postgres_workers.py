@@ -11,7 +11,8 @@ from collections import Counter
 import optuna
 import pytest
 
-from tuner import results
+from tuner.record import schema
+from tuner.record import results
 
 from . import postgres
 from .test_study_vllm import small_space
@@ -38,7 +39,7 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
     # Configs pruned by a rule, or measured before, cost no launch and no budget. Workers check
     # the budget before asking for a trial, so at most workers-1 extra launches can start near
     # the end.
-    launched = [t for t in finished if results.launched(t)]
+    launched = [t for t in finished if schema.launched(t)]
     assert 6 <= len(launched) <= 9, [(t.number, t.state) for t in trials]
     assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING,
                                                  optuna.trial.TrialState.WAITING)]
@@ -50,7 +51,7 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
 
 
 def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_model_path):
-    from tuner import orphans
+    from tuner.runtime import orphans
 
     from .test_study_vllm import _wait_for
     space = small_space(tmp_path, num_prompts=400, n_trials=2, name="outage",
@@ -74,6 +75,6 @@ def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         study = optuna.load_study(study_name="outage", storage=pg.url)
         complete = [t for t in study.trials
-                    if t.state == optuna.trial.TrialState.COMPLETE and results.launched(t)]
+                    if t.state == optuna.trial.TrialState.COMPLETE and schema.launched(t)]
         assert len(complete) == 2
         assert any(t.user_attrs.get("retry_of") == 0 for t in complete)

@@ -11,8 +11,10 @@ import tempfile
 import optuna
 import pytest
 
-from tuner.launcher import free_port
-from tuner import orphans, results
+from tuner.record import schema
+from tuner.record import results
+from tuner.runtime import orphans
+from tuner.runtime.procgroup import free_port
 
 from .test_study_vllm import _wait_for, load, small_space
 
@@ -50,7 +52,7 @@ def test_two_trials_run_at_once_on_distinct_gpus_and_ports(tmp_path, studies, ra
     proc = subprocess.run([TUNE, "start", "--space", str(space), "--backend", "ray",
                            "--address", ray_cluster], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    trials = [t for t in load(studies, "onray").trials if results.launched(t)]
+    trials = [t for t in load(studies, "onray").trials if schema.launched(t)]
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 2
     devices = {t.user_attrs["placement"]["cuda_visible_devices"] for t in trials}
     assert devices == {"0", "1"}
@@ -84,7 +86,7 @@ def test_killed_driver_then_resume_finishes_the_study(tmp_path, studies, ray_clu
     assert "was running when its tuner process died" in resumed.stdout
     study = load(studies, "raykill")
     complete = [t for t in study.trials
-                if t.state == optuna.trial.TrialState.COMPLETE and results.launched(t)]
+                if t.state == optuna.trial.TrialState.COMPLETE and schema.launched(t)]
     assert len(complete) == 2
     interrupted = {t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL}
     assert interrupted  # at least one trial was running when the driver died ...

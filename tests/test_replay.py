@@ -12,8 +12,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.search import screen_threshold
 from tuner.space import space_from_dict
+from tuner.study.samplers import screen_threshold
 
 ROOT = Path(__file__).resolve().parents[1]
 

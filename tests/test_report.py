@@ -12,8 +12,9 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
 from typer.testing import CliRunner
 
+from tuner.cli.report import register
 from tuner.report import data as report_data
-from tuner.report.command import register, write_report
+from tuner.report.render import write_report
 from tuner.report.stats import change, t_quantile
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.report.command import write_report
+from tuner.report.render import write_report
 
 from .test_report import _evaluation, _study
 

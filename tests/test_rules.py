@@ -5,13 +5,20 @@ from dataclasses import replace
 
 import pytest
 
-from tuner.hardware import Hardware, profile
-from tuner.rules import (
-    UNKNOWN, UNSUPPORTED_VALUE, compile_condition, check, covered_by, describe_key, evaluate,
-    first_violation, learned_key, pruned_regions, render_reason, workload_facts,
+from tuner.configs.rules import (
+    UNSUPPORTED_VALUE,
+    check,
+    covered_by,
+    describe_key,
+    first_violation,
+    learned_key,
+    pruned_regions,
+    workload_facts,
 )
+from tuner.engines.conditions import UNKNOWN, compile_condition, evaluate, render_reason
+from tuner.engines.hardware import Hardware, profile
+from tuner.errors import InputError
 from tuner.space import Workload, load_space, space_from_dict
-from tuner.yaml_io import InputError
 
 A100 = profile("a100-sxm-80gb")
 H100 = profile("h100-sxm-80gb")
@@ -94,7 +101,7 @@ def test_anything_outside_the_language_is_refused(text, problem):
 
 
 def test_a_rule_with_bad_syntax_fails_when_the_engine_file_loads():
-    from tuner.engine_spec import EngineSpec
+    from tuner.engines.spec import EngineSpec
     with pytest.raises(Exception, match="unknown name"):
         EngineSpec.model_validate({"name": "x", "display_name": "X", "command": ["x"], "rules": [
             {"id": "bad", "when": "gpu.sm < 80", "reason": "r", "source": "s"}]})
@@ -205,7 +212,7 @@ def test_vllm_tensor_parallel_must_divide_heads(tiny_space):
 
 def test_heads_rule_is_silent_without_a_model_config(a100_space, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # Qwen/Qwen3-14B is not cached: unknown heads
-    from tuner import rules
+    from tuner.configs import rules
     rules._read_model_config.cache_clear()
     assert first_violation("vllm", {"tensor_parallel": 3}, hardware=H100X8, space=a100_space) is None
 
@@ -216,7 +223,7 @@ def test_model_config_is_read_from_the_hf_hub_cache(monkeypatch, tmp_path, a100_
     (snap / "config.json").write_text(json.dumps({"num_attention_heads": 40,
                                                   "max_position_embeddings": 40960}))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    from tuner import rules
+    from tuner.configs import rules
     rules._read_model_config.cache_clear()
     assert first_violation("vllm", {"tensor_parallel": 3}, hardware=H100X8, space=a100_space).rule_id \
         == "vllm-tp-divides-heads"

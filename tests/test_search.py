@@ -3,9 +3,15 @@
 import optuna
 import pytest
 
-from tuner.results import ConfigStats, gain
-from tuner.search import GreedySampler, ladder, make_sampler, screen_threshold, startup_trials
-from tuner.yaml_io import InputError
+from tuner.errors import InputError
+from tuner.record.results import ConfigStats, gain
+from tuner.study.samplers import (
+    GreedySampler,
+    ladder,
+    make_sampler,
+    screen_threshold,
+    startup_trials,
+)
 
 DEFAULTS = {"seqs": 128, "tokens": 2048, "chunked": True}
 

@@ -5,8 +5,8 @@ import textwrap
 import optuna
 import pytest
 
+from tuner.errors import InputError
 from tuner.space import available_spaces, baseline_params, load_space, suggest
-from tuner.yaml_io import InputError
 
 GOOD = """\
 name: mine

@@ -6,8 +6,8 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tuner.errors import InputError
 from tuner.space import load_space
-from tuner.yaml_io import InputError
 
 GOOD = """name: fuzz
 model: {path: /models/m}

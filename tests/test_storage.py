@@ -8,7 +8,7 @@ import sqlite3
 
 import optuna
 
-from tuner import storage as storage_mod
+from tuner.record import storage as storage_mod
 
 
 def test_the_study_file_only_ever_shows_a_complete_schema(tmp_path, monkeypatch):

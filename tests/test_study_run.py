@@ -12,13 +12,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner import results
-from tuner import study as study_mod
-from tuner.failures import Failure
-from tuner.search import screen_threshold
+from tuner.record import schema
+from tuner.engines.failures import Failure
+from tuner.record import results
+from tuner.record.storage import default_url
 from tuner.space import space_from_dict
-from tuner.storage import default_url
-from tuner.trial_runner import TrialOutcome
+from tuner.study import lifecycle as study_mod
+from tuner.study.samplers import screen_threshold
+from tuner.trial.runner import TrialOutcome
 
 from .test_replay import GRID_FIXED, GRID_PARAMS
 
@@ -128,8 +129,8 @@ def test_rule_pruned_trials_are_told_complete_like_a_refusal(studies, fake):
         assert t.state == TrialState.COMPLETE and t.value == 0.0
         # the same constraints as a launched, refused config: every one violated
         assert t.constraints == {"engine_start": 1.0, "slo:p99_ttft_ms": 1.0}
-        assert not results.launched(t) and results.status_label(t) == "pruned"
-        assert not results.is_feasible(t)
+        assert not schema.launched(t) and schema.status(t) == "pruned"
+        assert not schema.is_feasible(t)
     assert not RULED_OUT & set(fake.launched)
     assert study_mod.finished_count(handle.study) == len(fake.launched) == 6
 
@@ -142,10 +143,10 @@ def test_a_config_measured_before_is_not_launched_again(studies, fake):
     assert len(fake.launched) == len(set(fake.launched)) == 6
     for t in reused:
         source = trials[t.user_attrs["reused_from"]]
-        assert _key(source) == _key(t) and results.launched(source)
+        assert _key(source) == _key(t) and schema.launched(source)
         assert t.state == source.state == TrialState.COMPLETE
         assert t.value == source.value and t.constraints == source.constraints
-        assert results.status_label(t) == "reused" and not results.launched(t)
+        assert schema.status(t) == "reused" and not schema.launched(t)
     # tune best: one measurement per config, a reused trial is no repeat
     assert all(g.n == 1 for g in results.group_configs(handle.study))
     assert study_mod.finished_count(handle.study) == 6
@@ -166,7 +167,7 @@ def test_a_space_with_nothing_new_to_launch_stops_with_a_reason(studies, fake):
     assert sorted(fake.launched) == sorted(set(THROUGHPUT) - RULED_OUT)  # each config once
     assert notes.notes == [study_mod.EXHAUSTED]
     tail = handle.study.trials[-study_mod.MAX_PRUNED_IN_A_ROW:]
-    assert not any(results.launched(t) for t in tail)
+    assert not any(schema.launched(t) for t in tail)
 
 
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -16,9 +16,10 @@ import optuna
 import pytest
 import yaml
 
-from tuner import results
-from tuner.launcher import group_members
+from tuner.record import schema
 from tuner.paths import SPACES_DIR
+from tuner.record import results
+from tuner.runtime.procgroup import group_members
 
 pytestmark = pytest.mark.engine
 TUNE = Path(sys.executable).parent / "tune"  # the console script of the venv running the tests
@@ -149,7 +150,7 @@ def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin
     assert "trial 0 was interrupted: re-queued" in resumed.stdout
     study = load(studies, "sigint")
     complete = [t for t in study.trials
-                if t.state == optuna.trial.TrialState.COMPLETE and results.launched(t)]
+                if t.state == optuna.trial.TrialState.COMPLETE and schema.launched(t)]
     assert len(complete) == 2
     retry = next(t for t in complete if t.user_attrs.get("retry_of") == 0)
     assert retry.user_attrs["arm"] == "vllm-defaults" and retry.params == first.params
@@ -178,7 +179,7 @@ def test_sigkill_of_the_tuner_leaves_no_orphan_after_resume(tmp_path, studies, v
     assert group_members(pgid) == []
     study = load(studies, "killed")
     # Trials answered without a launch (a rule, an earlier measurement) are COMPLETE too.
-    states = [t.state for t in study.trials if results.launched(t)]
+    states = [t.state for t in study.trials if schema.launched(t)]
     assert states.count(optuna.trial.TrialState.COMPLETE) == 2
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert any(t.user_attrs.get("retry_of") == 0 for t in study.trials)

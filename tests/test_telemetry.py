@@ -12,9 +12,15 @@ import time
 
 import pytest
 
-from tuner.launcher import kill_group
-from tuner.telemetry import (MetricsParseError, TelemetrySampler, derived, engine_view,
-                             parse_prometheus, totals)
+from tuner.runtime.procgroup import kill_group
+from tuner.trial.telemetry import (
+    MetricsParseError,
+    TelemetrySampler,
+    derived,
+    engine_view,
+    parse_prometheus,
+    totals,
+)
 
 # Lines from vLLM 0.32.0 (CPU) /metrics after a 200-prompt benchmark, trimmed.
 VLLM_METRICS = """\

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tuner.engine_spec import EngineSpec, load_engine
+from tuner.configs.translate import UnsupportedValue, build_plan
+from tuner.engines.spec import EngineSpec, load_engine
 from tuner.space import EngineChoice, Model
-from tuner.translate import UnsupportedValue, build_plan
 
 MODEL = Model(path="/models/qwen3-14b", served_name="qwen3",
               variants={"fp8": "/models/qwen3-14b-fp8"})

@@ -12,8 +12,8 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from . import __version__
-from .paths import REPO_ROOT
+from tuner import __version__
+from tuner.paths import REPO_ROOT
 
 
 @cache

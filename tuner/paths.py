@@ -1,14 +1,26 @@
-"""Where things live: the repo's data folders, the cache of engine venvs and models, study files."""
+"""Where things live: the data shipped in the package, the user's own spaces, the cache of engine venvs
+and models, and study files.
+
+Engine specs, GPU profiles, runtime errors, bundled spaces and samples are package data
+(``importlib.resources``), so an installed wheel works outside a checkout.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_ROOT.parent
-ENGINES_DIR = REPO_ROOT / "engines"
-SPACES_DIR = REPO_ROOT / "search_spaces"
+PACKAGE_ROOT = Path(str(files("tuner")))
+REPO_ROOT = PACKAGE_ROOT.parent  # a checkout's root; in an installed wheel, site-packages
+ENGINES_DIR = PACKAGE_ROOT / "engines" / "specs"
+SPACES_DIR = PACKAGE_ROOT / "space" / "bundled"
+SAMPLES_DIR = PACKAGE_ROOT / "bench" / "samples"
+
+
+def user_spaces_dir() -> Path:
+    """The user's own spaces, found by name before the bundled ones."""
+    return Path(os.environ.get("TUNER_SPACES_DIR", Path.cwd() / "search_spaces")).expanduser()
 
 
 def cache_dir() -> Path:
@@ -25,17 +37,20 @@ def studies_dir() -> Path:
     return Path(os.environ.get("TUNER_STUDIES_DIR", Path.cwd() / "studies")).expanduser()
 
 
+_VARS = ("TUNER_CACHE", "TUNER_DATA", "TUNER_SAMPLES")
+
+
 def expand(value: str) -> str:
     """Expand ``~``, ``$VAR``, ``${TUNER_CACHE}``, ``${TUNER_DATA}`` (both defaulted) and
-    ``${TUNER_REPO}`` (this checkout, for data shipped with it) in a path from a YAML file."""
+    ``${TUNER_SAMPLES}`` (the small datasets shipped in the package) in a path from a YAML file."""
     env = dict(os.environ)
     env.setdefault("TUNER_CACHE", str(cache_dir()))
     env.setdefault("TUNER_DATA", str(data_dir()))
-    env["TUNER_REPO"] = str(REPO_ROOT)
+    env["TUNER_SAMPLES"] = str(SAMPLES_DIR)
     return os.path.expanduser(os.path.expandvars(_subst(value, env)))
 
 
 def _subst(value: str, env: dict[str, str]) -> str:
-    for key in ("TUNER_CACHE", "TUNER_DATA", "TUNER_REPO"):
+    for key in _VARS:
         value = value.replace("${" + key + "}", env[key]).replace("$" + key, env[key])
     return value

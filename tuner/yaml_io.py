@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from tuner.errors import InputError
+
 M = TypeVar("M", bound=BaseModel)
 
 
-class InputError(ValueError):
-    """Bad user input (a file, a flag, a name): the message says which input and what is wrong."""
 
 
 class _LineLoader(yaml.SafeLoader):

@@ -7,8 +7,9 @@ measures itself rather than the engine.
 """
 
 from tuner.bench.config import BenchConfig
-from tuner.bench.datasets import BenchInputError, SampleRequest, load_requests, load_tokenizer
+from tuner.bench.datasets import SampleRequest, load_requests, load_tokenizer
 from tuner.bench.runner import BenchResult, run_benchmark, run_benchmark_async
+from tuner.errors import BenchInputError
 
 __all__ = [
     "BenchConfig",

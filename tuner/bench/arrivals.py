@@ -49,10 +49,10 @@ async def paced(items: Sequence[T], offsets: Sequence[float]) -> AsyncIterator[t
     start = time.perf_counter()
     for i, item in enumerate(items):
         offset = offsets[i]
-        if offset > 0:
-            wait = start + offset - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        # A loop, not one sleep: uvloop's clock is cached per iteration, so a sleep can end up to a
+        # millisecond early against perf_counter, and no request may go out before its slot.
+        while (wait := start + offset - time.perf_counter()) > 0:
+            await asyncio.sleep(wait)
         yield i, item
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
-from tuner.bench.datasets import BenchInputError
+from tuner.errors import BenchInputError
 
 ENDPOINTS = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
@@ -105,3 +106,19 @@ class BenchConfig:
                     f"goodput metric {name!r} is unknown; choose from {', '.join(GOODPUT_METRICS)}")
             if value < 0:
                 raise BenchInputError(f"goodput {name} must be >= 0 ms, got {value}")
+
+
+def parse_goodput(pairs: list[str]) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` (commas also accepted) to ``{"ttft": 500.0, "tpot": 50.0}`` ms."""
+    out: dict[str, float] = {}
+    for item in (p for pair in pairs for p in re.split(r"[,\s]+", pair) if p):
+        name, sep, value = item.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise BenchInputError(
+                f"goodput {item!r} is not KEY:VALUE with a number of milliseconds "
+                "(e.g. ttft:500 tpot:50)") from None
+    return out

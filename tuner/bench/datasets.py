@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.errors import BenchInputError
+
 if TYPE_CHECKING:
     from tuner.bench.config import BenchConfig
 
@@ -35,8 +37,6 @@ SHAREGPT_MAX_TOTAL_LEN = 2048
 _FIX_LEN_RETRIES = 10
 
 
-class BenchInputError(ValueError):
-    """A benchmark input (dataset file, tokenizer, option value) is unusable; the message says which."""
 
 
 @dataclass(frozen=True)

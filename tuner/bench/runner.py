@@ -20,10 +20,11 @@ from typing import Any
 
 from tuner.bench.arrivals import arrival_offsets, concurrency_limit, paced
 from tuner.bench.config import BenchConfig
-from tuner.bench.datasets import BenchInputError, SampleRequest, load_requests, load_tokenizer
+from tuner.bench.datasets import SampleRequest, load_requests, load_tokenizer
 from tuner.bench.metrics import calculate_metrics
 from tuner.bench.request import RequestOutput, make_client, send_request
 from tuner.bench.summary import format_summary
+from tuner.errors import BenchInputError
 
 SATURATION_PERCENT = 90.0
 _CUT = "not finished within max_duration_s"

@@ -14,10 +14,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .. import __version__, results
-from ..results import ConfigStats
-from ..telemetry import derived
-from .stats import Change, change
+from tuner import __version__
+from tuner.record import results, schema
+from tuner.record.results import ConfigStats
+from tuner.report.stats import Change, change
+from tuner.trial.telemetry import derived
 
 # (metric, label, higher is better): the columns of the motivating study's per-workload table.
 WORKLOAD_METRICS = (
@@ -107,7 +108,7 @@ def objective_name(study: optuna.Study) -> str:
     """The objective's metric name(s), from the study's metric names or its stored space."""
     if study.metric_names:
         return " / ".join(study.metric_names)
-    for holder in ((study.user_attrs.get("space") or {}).get("objective"),
+    for holder in ((study.user_attrs.get(schema.SPACE) or {}).get("objective"),
                    study.user_attrs.get("objective")):
         if isinstance(holder, dict) and holder.get("metric"):
             return holder["metric"]
@@ -116,13 +117,13 @@ def objective_name(study: optuna.Study) -> str:
 
 def trial_row(t: FrozenTrial) -> TrialRow:
     ua = t.user_attrs
-    over = ", ".join(f"slo:{m}" for m, v in (ua.get("slo_slack") or {}).items() if v > 0)
-    failure = (ua.get("failure_class") or ua.get("pruned_rule") or ua.get("harness_error")
-               or ("interrupted" if ua.get("interrupted") else "")
-               or (f"= trial {ua['reused_from']}" if "reused_from" in ua else "") or over)
-    values = t.values if results.is_feasible(t) else None
+    over = ", ".join(f"slo:{m}" for m, v in (ua.get(schema.SLO_SLACK) or {}).items() if v > 0)
+    failure = (ua.get(schema.FAILURE_CLASS) or ua.get(schema.PRUNED_RULE) or ua.get(schema.HARNESS_ERROR)
+               or ("interrupted" if ua.get(schema.INTERRUPTED) else "")
+               or (f"= trial {ua[schema.REUSED_FROM]}" if schema.REUSED_FROM in ua else "") or over)
+    values = t.values if schema.is_feasible(t) else None
     value = None if not values else values[0] if len(values) == 1 else tuple(values)
-    return TrialRow(t.number, ua.get("arm", "search"), results.status_label(t), value,
+    return TrialRow(t.number, ua.get(schema.ARM, "search"), schema.status(t), value,
                     dict(t.params), ua.get("p99_ttft_ms"), ua.get("mean_tpot_ms"), str(failure))
 
 
@@ -135,7 +136,7 @@ def feasible_copy(study: optuna.Study) -> optuna.Study:
     """
     copy = optuna.create_study(directions=study.directions)
     copy.add_trials([t for t in study.get_trials(deepcopy=False)
-                     if results.is_feasible(t) and results.launched(t)])
+                     if schema.is_feasible(t) and schema.launched(t)])
     return copy
 
 
@@ -162,29 +163,29 @@ def _failures(trials: list[FrozenTrial]) -> list[FailureGroup]:
     groups: dict[tuple[str, str], list[FrozenTrial]] = {}
     for t in trials:
         ua = t.user_attrs
-        if "reused_from" in ua:
+        if schema.REUSED_FROM in ua:
             continue  # its source is listed
-        if ua.get("failure_class"):
-            groups.setdefault(("infeasible", ua["failure_class"]), []).append(t)
-        elif t.state == TrialState.PRUNED or ua.get("pruned_rule"):
-            rule = ua.get("pruned_rule") or ("screened-out" if ua.get("fidelity") == "screen"
+        if ua.get(schema.FAILURE_CLASS):
+            groups.setdefault(("infeasible", ua[schema.FAILURE_CLASS]), []).append(t)
+        elif t.state == TrialState.PRUNED or ua.get(schema.PRUNED_RULE):
+            rule = ua.get(schema.PRUNED_RULE) or ("screened-out" if ua.get(schema.FIDELITY) == "screen"
                                              else "pruner")
             groups.setdefault(("pruned", rule), []).append(t)
         else:
-            for metric, slack in (ua.get("slo_slack") or {}).items():
+            for metric, slack in (ua.get(schema.SLO_SLACK) or {}).items():
                 if slack > 0:
                     groups.setdefault(("slo-violated", metric), []).append(t)
     out = []
     for (kind, cls), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if kind == "slo-violated":
-            over = [m.user_attrs["slo_slack"][cls] for m in members]
+            over = [m.user_attrs[schema.SLO_SLACK][cls] for m in members]
             reason = f"over its bound by {min(over):,.1f} to {max(over):,.1f} (worst workload)"
         else:
             key = "failure" if kind == "infeasible" else "pruned"
             reason = next((m.user_attrs.get(f"{key}_reason") for m in members
                            if m.user_attrs.get(f"{key}_reason")), "")
         evidence = [e for m in members
-                    if (e := (m.user_attrs.get("failure_evidence") or "").strip())]
+                    if (e := (m.user_attrs.get(schema.FAILURE_EVIDENCE) or "").strip())]
         out.append(FailureGroup(kind, cls, [m.number for m in members], reason,
                                 list(dict.fromkeys(evidence))[:3]))
     return out
@@ -204,12 +205,12 @@ def evaluation_rows(evaluation: dict) -> list[WorkloadRow]:
 def _search_rows(study: optuna.Study, best: ConfigStats, base: ConfigStats) -> list[WorkloadRow]:
     """Per search workload, over every run of each config (`tune confirm` adds repeats): user
     attr ``workload_metrics`` when there are several workloads, else the flat headline attrs."""
-    space = study.user_attrs.get("space") or {}
+    space = study.user_attrs.get(schema.SPACE) or {}
     names = [w.get("name", "default")
              for w in space.get("workloads") or [space.get("workload") or {}]]
 
     def runs(group: ConfigStats, name: str) -> list[dict]:
-        return [(t.user_attrs.get("workload_metrics") or {}).get(name, t.user_attrs)
+        return [(t.user_attrs.get(schema.WORKLOAD_METRICS) or {}).get(name, t.user_attrs)
                 for t in group.trials]
 
     rows = []
@@ -226,18 +227,18 @@ def _search_rows(study: optuna.Study, best: ConfigStats, base: ConfigStats) -> l
 def _telemetry(t: FrozenTrial) -> TelemetryRow | None:
     """The first workload's telemetry (the search workload): user attr ``telemetry`` holds one
     summary per workload, as recorded by tuner.recording."""
-    per_workload = t.user_attrs.get("telemetry")
+    per_workload = t.user_attrs.get(schema.TELEMETRY)
     if not isinstance(per_workload, dict) or not per_workload:
         return None
     tel = next(iter(per_workload.values()))
-    d = derived(tel, int((t.user_attrs.get("metrics") or {}).get("total_output_tokens") or 0))
+    d = derived(tel, int((t.user_attrs.get(schema.METRICS) or {}).get("total_output_tokens") or 0))
     view = tel.get("engine_metrics") or {}
     kv = (view.get("kv_cache_usage") or {}).get("max")
     queue = (view.get("queue_time_s") or {}).get("mean")
     gpu = bool(tel.get("gpu"))
     names = sorted({g.get("name") for g in tel.get("gpus", [])})
     return TelemetryRow(
-        t.number, t.user_attrs.get("arm", "search"),
+        t.number, t.user_attrs.get(schema.ARM, "search"),
         f"{len(tel['gpus'])}× {', '.join(names)}" if gpu else "CPU",
         d["joules_per_output_token"],
         d["gpu_memory_peak_mib"] if gpu else d["engine_rss_peak_mib"],
@@ -279,7 +280,7 @@ class _Comparison:
 def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats | None,
                 notes: list[str]) -> _Comparison:
     """The per-workload table: from `tune evaluate` when it ran, else the search's own runs."""
-    evaluation = study.user_attrs.get("evaluation")
+    evaluation = study.user_attrs.get(schema.EVALUATION)
     if isinstance(evaluation, dict) and evaluation.get("workloads"):
         measured = evaluation["best"]["trial"]
         if best is not None and measured != best.first.number:
@@ -307,7 +308,7 @@ def build(study: optuna.Study) -> ReportData:
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     counts: dict[str, int] = {}
     for t in trials:
-        label = results.status_label(t)
+        label = schema.status(t)
         counts[label] = counts.get(label, 0) + 1
     notes: list[str] = []
     pareto: list[int] = []
@@ -332,14 +333,14 @@ def build(study: optuna.Study) -> ReportData:
         counts=counts,
         best=trial_row(winner) if winner else None,
         best_runs=group.values if winner else [],
-        best_command=winner.user_attrs.get("command") if winner else None,
+        best_command=winner.user_attrs.get(schema.COMMAND) if winner else None,
         contender=cmp.contender,
         baseline_arm=cmp.baseline_arm,
         comparison_source=cmp.source,
         workload_rows=cmp.rows,
         failures=_failures(trials),
         trials=[trial_row(t) for t in trials],
-        environment=dict(winner.user_attrs.get("environment") or {}) if winner else {},
+        environment=dict(winner.user_attrs.get(schema.ENVIRONMENT) or {}) if winner else {},
         telemetry=[row for t in trials if (row := _telemetry(t)) is not None],
         pareto=pareto,
         importances=imp,

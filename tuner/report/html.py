@@ -15,8 +15,8 @@ import optuna
 import plotly.graph_objects as go
 import plotly.offline
 
-from .data import ReportData, TrialRow, feasible_copy
-from .markdown import best_value, fmt, runs_note
+from tuner.report.data import ReportData, TrialRow, feasible_copy
+from tuner.report.markdown import best_value, fmt, runs_note
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:2rem auto;max-width:1200px;

@@ -6,7 +6,7 @@ import json
 import statistics
 from typing import Any
 
-from .data import ReportData
+from tuner.report.data import ReportData
 
 
 def fmt(value: Any, digits: int = 1) -> str:

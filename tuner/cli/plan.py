@@ -1,0 +1,141 @@
+"""`tune plan`: the terminal view of a plan (tuner.configs.plan builds it)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tuner.configs.plan import PlannedConfig, PlanReport, build_plan_report
+from tuner.configs.rules import workload_facts
+from tuner.engines.hardware import resolve
+from tuner.engines.spec import load_engine
+from tuner.errors import InputError
+from tuner.space import Param, Scalar, load_space
+
+
+def _describe_param(p: Param) -> str:
+    if p.type == "categorical":
+        text = "{" + ", ".join(map(str, p.choices or [])) + "}"
+    elif p.type == "bool":
+        text = "true | false"
+    else:
+        num = (lambda x: str(int(x))) if p.type == "int" else str
+        text = f"{num(p.low)} .. {num(p.high)}" + (f" step {num(p.step)}" if p.step else "") + (
+            " (log)" if p.log else "")
+    if p.when:
+        text += "  when " + ", ".join(f"{k}={v}" for k, v in p.when.items())
+    return text
+
+
+def _flag(engine: str, knob: str) -> str:
+    k = load_engine(engine).knobs[knob]
+    if k.flag:
+        return k.flag
+    if k.config_key:
+        return f"yaml: {k.config_key}"
+    if k.checkpoint_only:
+        return "checkpoint"
+    on = " ".join(k.when_true or []) or "(nothing)"
+    off = " ".join(k.when_false or []) or "(nothing)"
+    return f"{on} / {off}"
+
+
+def _assignment(a: dict[str, Scalar]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in a.items()) or "every config"
+
+
+def render(report: PlanReport, console: Console) -> None:
+    """Print the plan; command lines are printed unwrapped so they can be copied."""
+    s, hw = report.space, report.hardware
+    w = workload_facts(s.workload)
+    console.print(f"[bold]space[/] {s.name}: {escape(s.description)}", highlight=False)
+    variants = ", ".join(f"{k}: {v}" for k, v in s.model.variants.items())
+    console.print(f"[bold]model[/] {s.model.path}" + (f" (checkpoints {variants})" if variants else ""),
+                  highlight=False)
+    console.print(f"[bold]hardware[/] {hw.describe()} [dim]{'profile' if hw.source == 'profile' else 'detected'}, "
+                  f"device {hw.device_key}[/]", highlight=False)
+    rate = "inf" if s.workload.request_rate == float("inf") else f"{s.workload.request_rate:g}/s"
+    console.print(f"[bold]workload[/] {s.workload.dataset}, {s.workload.num_prompts} prompts at rate "
+                  f"{rate}, longest prompt {w['max_prompt_len']} tokens; objective "
+                  f"{s.objective.direction} {s.objective.metric}; budget {s.budget.n_trials} trials",
+                  highlight=False)
+
+    table = Table(title="search space", title_justify="left", show_lines=False)
+    for col in ("engine", "knob", "engine flag", "values", "default"):
+        table.add_column(col)
+    for engine, choice in s.engines.items():
+        for name, p in choice.params.items():
+            table.add_row(engine, name, _flag(engine, name), _describe_param(p),
+                          "" if p.default is None else str(p.default))
+        for name, v in choice.fixed.items():
+            table.add_row(engine, name, _flag(engine, name), f"fixed {v}", "")
+    console.print(table)
+
+    if report.regions:
+        regions = Table(title="pruned before launch (never run)", title_justify="left")
+        for col in ("engine", "where", "rule", "reason"):
+            regions.add_column(col, overflow="fold")
+        for r in report.regions:
+            for v in r.verdicts:
+                regions.add_row(r.engine, _assignment(r.assignment), v.rule_id, v.reason)
+        console.print(regions)
+    else:
+        console.print("[dim]no region of the space is known to fail on this hardware[/]")
+
+    for ep in report.engines:
+        console.print(f"\n[bold underline]{ep.display_name}[/] ({ep.engine})", highlight=False)
+        for c in ep.configs:
+            _render_config(c, console)
+        if ep.pruned_draws:
+            why = ", ".join(f"{rid} ×{n}" for rid, n in ep.pruned_draws.most_common())
+            console.print(f"  [dim]{sum(ep.pruned_draws.values())} of {ep.draws} random draws pruned: "
+                          f"{why}[/]", highlight=False)
+
+
+def _render_config(c: PlannedConfig, console: Console) -> None:
+    knobs = " ".join(f"{k}={v}" for k, v in c.knobs.items()) or "no knobs"
+    console.print(f"  [bold]{escape(c.label)}[/]: {escape(knobs)}", highlight=False)
+    defaults = [k for k in c.omitted if k not in c.knobs]  # a checkpoint variant still loads
+    if defaults:
+        console.print(f"    [dim]engine defaults for {', '.join(defaults)}[/]", highlight=False)
+    for v in c.verdicts:
+        style = "red" if v.severity == "prune" else "yellow"
+        console.print(f"    [{style}]{v.severity} {v.rule_id}[/]: {escape(v.reason)} "
+                      f"[dim]({escape(v.source)})[/]", highlight=False)
+    if c.error:
+        console.print(f"    [red]cannot translate[/]: {escape(c.error)}", highlight=False)
+    if c.plan is None:
+        return
+    console.print("    " + escape(c.plan.command_line()), highlight=False, soft_wrap=True)
+    if c.plan.config_file:
+        console.print(f"    [dim]{c.plan.config_file_name}:[/]", highlight=False)
+        for line in c.plan.config_file.rstrip("\n").splitlines():
+            console.print("      " + escape(line), highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tune plan` to the CLI."""
+
+    @app.command("plan")
+    def plan_command(
+        space: str = typer.Option(..., "--space", help="Space name (search_spaces/) or YAML path."),
+        gpu: Optional[str] = typer.Option(
+            None, "--gpu", help="Plan for a hardware profile (engines/hardware/gpus.yaml, e.g. "
+                                "a100-sxm-80gb) instead of this machine."),
+        samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the sampled configs."),
+    ) -> None:
+        """Show the space, what is pruned on this hardware and why, and the exact launch commands."""
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        try:
+            report = build_plan_report(load_space(space), resolve(gpu), n_samples=samples, seed=seed)
+        except InputError as exc:
+            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}",
+                                                       highlight=False)
+            raise typer.Exit(2) from None
+        render(report, console)

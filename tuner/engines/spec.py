@@ -1,0 +1,196 @@
+"""Schema of ``engines/<name>.yaml``: what an engine's flags, readiness and failures look like.
+
+Engine knowledge is data so that adding an engine is mostly writing one YAML file; this module only
+validates it. Translation to argv lives in ``translate.py``, failure matching in ``failures.py``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tuner.engines.conditions import compile_condition
+from tuner.errors import InputError
+from tuner.paths import ENGINES_DIR
+from tuner.yaml_io import load_model
+
+FAILURE_CLASSES = (
+    "invalid-config",
+    "kv-cache-too-small",
+    "out-of-memory",
+    "unsupported-quantization",
+    "unsupported-hardware",
+    "port-in-use",
+    "startup-timeout",
+    "crashed",
+    "requests-failed",
+    "container-error",
+)
+FailureClass = Literal[
+    "invalid-config", "kv-cache-too-small", "out-of-memory", "unsupported-quantization",
+    "unsupported-hardware", "port-in-use", "startup-timeout", "crashed", "requests-failed",
+    "container-error",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Knob(_Strict):
+    """How one abstract knob reaches the engine.
+
+    Exactly one style applies: ``flag`` (``--flag VALUE``), ``when_true``/``when_false`` (flag lists
+    for a boolean), or ``config_key`` (a dotted key of a generated config file). ``values`` maps the
+    abstract value to the engine's spelling (e.g. SGLang's ``fp8_e4m3``); an abstract value missing
+    from ``values`` is not supported by the engine.
+    """
+
+    flag: str | None = None
+    when_true: list[str] | None = None
+    when_false: list[str] | None = None
+    config_key: str | None = None
+    type: Literal["int", "float", "bool", "str"] = "int"
+    # A mapping value may itself be a mapping, for config_key knobs whose engine value is a block
+    # (TensorRT-LLM's ``cuda_graph_config: {}`` turns CUDA graphs on at their defaults).
+    values: dict[str, str | int | float | bool | None | dict] | None = None
+    # For quantization: a pre-quantized checkpoint variant of the model replaces the flag.
+    prefer_checkpoint: bool = False
+    # No flag at all: only a checkpoint variant selects it (TensorRT-LLM reads quantization from the
+    # checkpoint); any other value is unsupported.
+    checkpoint_only: bool = False
+    # What the flag means here and its default, for `tune plan` and docs/engines.md.
+    meaning: str = ""
+    default: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_only_defaults(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("checkpoint_only"):
+            data = {"prefer_checkpoint": True, "values": {}, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _one_style(self) -> "Knob":
+        styles = [self.flag is not None, self.when_true is not None or self.when_false is not None,
+                  self.config_key is not None]
+        if self.checkpoint_only:
+            if any(styles) or not self.prefer_checkpoint or self.values:
+                raise ValueError("a checkpoint_only knob takes no flag, config_key or values")
+        elif sum(styles) != 1:
+            raise ValueError("a knob needs exactly one of: flag, when_true/when_false, config_key")
+        return self
+
+
+class FailureSignature(_Strict):
+    """Log substrings that identify a failure class; the first matching signature wins."""
+
+    failure_class: FailureClass = Field(alias="class")
+    patterns: list[str] = Field(min_length=1)
+    reason: str = ""
+    # Failures that depend only on (engine, quantization, hardware) teach the study to skip siblings.
+    generalises_on: list[str] = []
+    source: str = ""
+
+
+class Rule(_Strict):
+    """A known capability or version constraint, checked before launch (see ``rules.py``).
+
+    ``when`` is a condition in the small language of ``rules.py`` over ``knobs``, ``hw``,
+    ``engine``, ``workload`` and ``model``; the rule applies when it is certainly true. ``prune``
+    rules stop the trial without a launch; ``note`` rules only annotate it.
+    """
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    when: str = Field(min_length=1)
+    severity: Literal["prune", "note"] = "prune"
+    reason: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _parses(self) -> "Rule":
+        compile_condition(self.when, self.id)
+        return self
+
+
+class Readiness(_Strict):
+    path: str = "/health"
+    log_line: str = ""
+    startup_timeout_s: float = 600.0
+
+
+class ConfigFile(_Strict):
+    """A generated config file (TensorRT-LLM's ``--extra_llm_api_options``)."""
+
+    flag: str
+    format: Literal["yaml", "json"] = "yaml"
+
+
+class Request(_Strict):
+    """Request fields the server rejects (transformers serve answers 422 to vLLM-only fields)."""
+
+    omit_fields: list[str] = []
+    endpoint: str = "/v1/completions"
+    # What requests put in "model": the served name, or the model path the server was started with
+    # (transformers serve pins itself to that exact string and answers 400 to anything else).
+    model_name: Literal["served", "path"] = "served"
+
+
+class EngineSpec(_Strict):
+    name: str
+    display_name: str
+    command: list[str] = Field(min_length=1)
+    model_arg: str | None = None  # None: the model path is positional
+    host_flag: str = "--host"
+    port_flag: str = "--port"
+    served_name_flag: str | None = None
+    version_pattern: str = ""  # regex over the server log, group 1 = version
+    env: dict[str, str] = {}
+    readiness: Readiness = Readiness()
+    metrics_path: str | None = None
+    config_file: ConfigFile | None = None
+    request: Request = Request()
+    knobs: dict[str, Knob] = {}
+    failures: list[FailureSignature] = []
+    # Log lines that look like errors but are normal (e.g. vLLM's shutdown EngineDeadError).
+    benign: list[str] = []
+    rules: list[Rule] = []
+    # Where the running server reports its version as JSON {version_key: "..."}, for engines that
+    # do not log it (SGLang).
+    version_path: str | None = None
+    version_key: str = "version"
+
+    @model_validator(mode="after")
+    def _check_references(self) -> "EngineSpec":
+        dims = {"engine", "device", *self.knobs}
+        for sig in self.failures:
+            unknown = [d for d in sig.generalises_on if d not in dims]
+            if unknown:
+                raise ValueError(f"failure {sig.failure_class!r}: generalises_on names "
+                                 f"{', '.join(unknown)}; allowed: engine, device or a knob")
+        ids = [r.id for r in self.rules]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"rule ids must be unique: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+        return self
+
+
+@cache
+def load_engine(name: str) -> EngineSpec:
+    path = ENGINES_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise InputError(f"unknown engine {name!r}; available: {', '.join(available_engines())}")
+    spec = load_model(EngineSpec, path)
+    if spec.name != name:
+        raise InputError(f"{path}: name is {spec.name!r} but the file is named {name!r}")
+    return spec
+
+
+def available_engines() -> list[str]:
+    return sorted(p.stem for p in ENGINES_DIR.glob("*.yaml"))
+
+
+def engine_file(name: str) -> Path:
+    return ENGINES_DIR / f"{name}.yaml"

@@ -1,0 +1,133 @@
+"""Read answers out of a study: the best feasible config, the baselines, and whether the gain is
+real — repeated measurements of one config are grouped, and a gain whose confidence interval
+includes zero is reported as "no significant gain"."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.record import schema
+from tuner.record.schema import is_feasible, launched
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    try:
+        return study.best_trial  # Optuna 5: feasible trials only
+    except ValueError:
+        return None
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """Feasible launched trials only: a reused trial would repeat its source on the front."""
+    return sorted((t for t in study.best_trials if launched(t)), key=lambda t: t.number)
+
+
+def baseline_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Feasible measurements of the baseline arms, in trial order."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get(schema.ARM, "search") != "search" and is_feasible(t)]
+
+
+@dataclass
+class ConfigStats:
+    """All feasible measurements of one launched configuration (repeats included)."""
+
+    arm: str
+    params: dict
+    trials: list[FrozenTrial] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        return [t.value for t in self.trials]
+
+    @property
+    def n(self) -> int:
+        return len(self.trials)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def mad(self) -> float:
+        """Median absolute deviation: a spread that one outlier run cannot inflate."""
+        m = self.median
+        return statistics.median(abs(v - m) for v in self.values)
+
+    @property
+    def first(self) -> FrozenTrial:
+        return self.trials[0]
+
+
+def config_key(t: FrozenTrial) -> tuple:
+    arm = t.user_attrs.get(schema.ARM, "search")
+    # A baseline launches without knob flags: it is a different command than the same values set
+    # explicitly, so it stays its own group.
+    return (arm if arm != "search" else "search", tuple(sorted((k, repr(v)) for k, v in t.params.items())))
+
+
+def group_configs(study: optuna.Study) -> list[ConfigStats]:
+    groups: dict[tuple, ConfigStats] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if not is_feasible(t) or t.value is None or not launched(t):
+            continue  # a reused trial is not a repeat: it would fake a second measurement
+        key = config_key(t)
+        groups.setdefault(key, ConfigStats(key[0], dict(t.params))).trials.append(t)
+    return list(groups.values())
+
+
+def best_config(study: optuna.Study) -> ConfigStats | None:
+    groups = group_configs(study)
+    if not groups:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    return max(groups, key=lambda g: g.median if maximize else -g.median)
+
+
+def baseline_config(study: optuna.Study) -> ConfigStats | None:
+    """The first baseline arm with a feasible measurement."""
+    groups = [g for g in group_configs(study) if g.arm != "search"]
+    return min(groups, key=lambda g: g.first.number) if groups else None
+
+
+@dataclass(frozen=True)
+class Gain:
+    change_pct: float
+    low_pct: float | None    # 95 % bootstrap interval of the change of medians; None when n=1
+    high_pct: float | None
+    n_best: int
+    n_base: int
+
+    @property
+    def significant(self) -> bool | None:
+        if self.low_pct is None:
+            return None
+        return self.low_pct > 0 or self.high_pct < 0
+
+    def describe(self) -> str:
+        head = f"{self.change_pct:+.1f}%"
+        if self.low_pct is None:
+            return (f"{head} (n={self.n_best} vs n={self.n_base}: no interval; "
+                    "`tune confirm` repeats the top configs)")
+        verdict = "significant" if self.significant else "no significant gain"
+        return (f"{head}, 95% CI [{self.low_pct:+.1f}%, {self.high_pct:+.1f}%] "
+                f"(n={self.n_best} vs n={self.n_base}): {verdict}")
+
+
+def gain(best: ConfigStats, base: ConfigStats, *, seed: int = 0, n_boot: int = 4000) -> Gain:
+    """Change of the median, with a percentile-bootstrap interval when both sides were repeated."""
+    change = 100.0 * (best.median - base.median) / base.median
+    if best.n < 2 or base.n < 2:
+        return Gain(change, None, None, best.n, base.n)
+    rng = np.random.default_rng(seed)
+    a, b = np.array(best.values), np.array(base.values)
+    ra = np.median(rng.choice(a, (n_boot, a.size)), axis=1)
+    rb = np.median(rng.choice(b, (n_boot, b.size)), axis=1)
+    ratios = 100.0 * (ra - rb) / rb
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return Gain(change, float(low), float(high), best.n, base.n)

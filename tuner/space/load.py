@@ -1,0 +1,38 @@
+"""Find and load a space: a bundled one by name, one of the user's (./search_spaces/), or a YAML path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import InputError
+from tuner.paths import SPACES_DIR, user_spaces_dir
+from tuner.space.model import Space
+from tuner.yaml_io import load_model, parse_model
+
+
+def available_spaces() -> list[str]:
+    """Names a user can pass to ``--space``: their own (./search_spaces/) and the bundled ones."""
+    return sorted({p.stem for d in (user_spaces_dir(), SPACES_DIR) if d.is_dir()
+                   for p in d.glob("*.yaml")})
+
+
+def load_space(name_or_path: str) -> Space:
+    """Load a named space (the user's own first, then the bundled one) or a YAML path; unknown names
+    list the available ones."""
+    path = Path(name_or_path).expanduser()
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        found = [d / f"{name_or_path}.yaml" for d in (user_spaces_dir(), SPACES_DIR)
+                 if (d / f"{name_or_path}.yaml").is_file()]
+        if not found:
+            raise InputError(
+                f"unknown space {name_or_path!r}; available: {', '.join(available_spaces())} "
+                "(or pass a path to a YAML file)")
+        path = found[0]
+    elif not path.exists():
+        raise InputError(f"space file {path} does not exist")
+    return load_model(Space, path)
+
+
+def space_from_dict(data: dict[str, Any], source: str = "stored space") -> Space:
+    return parse_model(Space, data, source)

@@ -1,0 +1,300 @@
+"""Search spaces: the YAML a user writes, validated, and turned into Optuna suggestions.
+
+A space names the model, the engines with the knobs to search (ranges, choices, conditions), the
+fixed arguments, the workload, the objective, the budget and the baseline arms. ``--space`` takes a
+name from ``search_spaces/`` or a path to the user's own file.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tuner.engines.runtimes import TUNER_SET_FLAGS
+from tuner.engines.spec import available_engines, load_engine
+from tuner.paths import expand
+
+Scalar = bool | int | float | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Param(_Strict):
+    """One searched knob. ``when`` makes it conditional on earlier params of the same engine."""
+
+    type: Literal["int", "float", "bool", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: list[Scalar] | None = None
+    when: dict[str, Scalar] = {}
+    # The engine's own default on the target hardware: what the defaults baseline records.
+    default: Scalar | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Param":
+        if self.type in ("int", "float"):
+            if self.low is None or self.high is None:
+                raise ValueError(f"{self.type} param needs low and high")
+            if self.low > self.high:
+                raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+            if self.log and self.low <= 0:
+                raise ValueError("log scale needs low > 0")
+            if self.choices is not None:
+                raise ValueError(f"{self.type} param takes low/high, not choices")
+        elif self.type == "categorical":
+            if not self.choices:
+                raise ValueError("categorical param needs a non-empty choices list")
+            if len(set(map(repr, self.choices))) != len(self.choices):
+                raise ValueError("choices contain duplicates")
+        elif self.low is not None or self.high is not None or self.choices is not None:
+            raise ValueError("bool param takes no low/high/choices")
+        return self
+
+
+class Container(_Strict):
+    """Run the engine inside a container image instead of on the host (see ``container.py``)."""
+
+    image: str
+    runtime: Literal["docker", "podman"] = "docker"  # podman takes docker's command line
+    # Extra `docker run` arguments: mounts (-v /models:/models:ro), --shm-size 16g, --ipc host ...
+    args: list[str] = []
+    # "all": the engine gets the GPUs, narrowed to the trial's own when a scheduler (Ray, a worker
+    # started with CUDA_VISIBLE_DEVICES) assigned some. None: no GPU (CPU engines).
+    gpus: Literal["all"] | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image_name(cls, v: str) -> str:
+        if not v or v.startswith("-") or any(c.isspace() for c in v):
+            raise ValueError(f"image {v!r} is not an image name (e.g. vllm/vllm-openai:v0.11.0)")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _not_ours(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag in TUNER_SET_FLAGS:
+                raise ValueError(f"{flag} is set by the tuner: {TUNER_SET_FLAGS[flag]}")
+        return v
+
+
+class EngineChoice(_Strict):
+    """An engine in the space: how to run it here and which knobs to search."""
+
+    command: list[str] | None = None  # replaces the engine's default command (e.g. a venv's binary)
+    # Run the command inside this image instead of on the host.
+    container: Container | None = None
+    env: dict[str, str] = {}
+    fixed_args: list[str] = []
+    startup_timeout_s: float | None = None
+    params: dict[str, Param] = {}
+    fixed: dict[str, Scalar] = {}  # knobs set to one value in every trial
+    # false: launch configs the engine's feasibility rules would prune (to verify the rules on a
+    # new engine version); failures then still teach the study through learned infeasibility.
+    check_rules: bool = True
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("command must not be empty")
+        return v
+
+
+class Model(_Strict):
+    path: str
+    served_name: str | None = None
+    tokenizer: str | None = None
+    # Pre-quantized checkpoints by abstract quantization (fp8, awq): engines that read the
+    # quantization from the checkpoint get this path instead of a flag.
+    variants: dict[str, str] = {}
+
+    def resolved_path(self) -> str:
+        return expand(self.path)
+
+    def resolved_tokenizer(self) -> str:
+        return expand(self.tokenizer or self.path)
+
+    def name(self) -> str:
+        return self.served_name or Path(self.path).name
+
+
+class Workload(_Strict):
+    name: str = "default"
+    weight: float = Field(1.0, gt=0)  # share in a weighted multi-workload objective
+    dataset: Literal["random", "sharegpt"] = "random"
+    dataset_path: str | None = None
+    num_prompts: int = Field(100, gt=0)
+    random_input_len: int = Field(1024, gt=0)
+    random_output_len: int = Field(128, gt=0)
+    random_range_ratio: float = Field(0.0, ge=0, lt=1)
+    random_prefix_len: int = Field(0, ge=0)
+    sharegpt_output_len: int | None = None
+    request_rate: float = Field(math.inf, gt=0)
+    burstiness: float = Field(1.0, gt=0)
+    max_concurrency: int | None = Field(None, gt=0)
+    seed: int = 0
+    num_warmups: int = Field(0, ge=0)
+    endpoint: str | None = None  # default: the engine's
+    # Stop the benchmark after this long; requests still running count as failed. For configs
+    # that serve one request at a time, which would otherwise take hours.
+    max_duration_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "Workload":
+        if self.dataset == "sharegpt" and not self.dataset_path:
+            raise ValueError("dataset sharegpt needs dataset_path")
+        return self
+
+
+class Target(_Strict):
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class MaxLoad(_Strict):
+    """Score a config by the highest load it sustains within the SLOs (``objective.max_load``)."""
+
+    knob: Literal["request_rate", "max_concurrency"] = "request_rate"
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+    probes: int = Field(6, ge=2, le=20)
+
+
+class Objective(_Strict):
+    """What a trial scores. One metric, or several (``metrics``: a Pareto front), each optionally
+    held to SLOs (``slos``: metric → upper bound; ``failed_pct`` is the share of failed requests),
+    over one workload or the weighted mean / worst case of several."""
+
+    metric: str = "total_token_throughput"
+    direction: Literal["maximize", "minimize"] = "maximize"
+    metrics: list[Target] = []
+    slos: dict[str, float] = {}
+    aggregate: Literal["weighted", "worst"] = "weighted"
+    max_load: MaxLoad | None = None
+
+    def targets(self) -> list[Target]:
+        if self.max_load is not None:
+            return [Target(metric="max_load", direction="maximize")]
+        return list(self.metrics) or [Target(metric=self.metric, direction=self.direction)]
+
+    @model_validator(mode="after")
+    def _check(self) -> "Objective":
+        if self.max_load is not None:
+            if not self.slos:
+                raise ValueError("max_load needs slos: the load is the highest that meets them")
+            if self.metrics:
+                raise ValueError("max_load is a single objective; remove metrics")
+            if self.max_load.low > self.max_load.high:
+                raise ValueError("max_load.low is greater than max_load.high")
+        return self
+
+    @property
+    def multi(self) -> bool:
+        return len(self.targets()) > 1
+
+
+class Fidelity(_Strict):
+    """Multi-fidelity: a short screening run first; only configs within ``margin`` of the best
+    screen get the full benchmark."""
+
+    screen_prompts: int = Field(gt=0)
+    margin: float = Field(0.1, ge=0, lt=1)
+    n_startup: int = Field(2, ge=0)
+
+
+class Budget(_Strict):
+    n_trials: int = Field(20, gt=0)
+    timeout_s: float | None = Field(None, gt=0)
+
+
+class Baseline(_Strict):
+    """A control arm. Empty ``params`` means the engine's defaults: launched with no knob flags."""
+
+    name: str
+    engine: str
+    params: dict[str, Scalar] = {}
+    # false: launch even when a feasibility rule predicts failure, to confirm the rule still holds
+    # on this engine version (the trial records which rule predicted it).
+    check_rules: bool = True
+
+
+class Space(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    model: Model
+    engines: dict[str, EngineChoice] = Field(min_length=1)
+    workload: Workload = Workload()
+    # Several workloads: each trial benchmarks all of them on one launched server.
+    workloads: list[Workload] = []
+    # Extra workloads for `tune evaluate` (best vs baseline with repeats), not for the search.
+    evaluation_workloads: list[Workload] = []
+    objective: Objective = Objective()
+    budget: Budget = Budget()
+    baselines: list[Baseline] = []
+    sampler: str = "tpe"  # a name in tuner.study.samplers.SAMPLERS, checked when the study is made
+    fidelity: Fidelity | None = None
+    seed: int | None = None
+
+    def all_workloads(self) -> list[Workload]:
+        return list(self.workloads) or [self.workload]
+
+    @model_validator(mode="after")
+    def _check(self) -> "Space":
+        known = available_engines()
+        for name, choice in self.engines.items():
+            if name not in known:
+                raise ValueError(f"unknown engine {name!r}; available: {', '.join(known)}")
+            knobs = load_engine(name).knobs
+            for pname, param in {**choice.params, **{k: None for k in choice.fixed}}.items():
+                if pname not in knobs:
+                    raise ValueError(
+                        f"engine {name!r} has no knob {pname!r}; its knobs: {', '.join(knobs)}")
+            seen: list[str] = []
+            for pname, param in choice.params.items():
+                for cond in param.when:
+                    if cond not in seen:
+                        raise ValueError(
+                            f"{name}.{pname}: condition on {cond!r}, which is not an earlier param")
+                seen.append(pname)
+        for b in self.baselines:
+            if b.engine not in self.engines:
+                raise ValueError(f"baseline {b.name!r} uses engine {b.engine!r}, not in engines")
+        if len({b.name for b in self.baselines}) != len(self.baselines):
+            raise ValueError("baseline names must be unique")
+        for group in (self.all_workloads(), self.evaluation_workloads):
+            if len({w.name for w in group}) != len(group):
+                raise ValueError("workload names must be unique")
+        if self.fidelity and (self.objective.multi or len(self.all_workloads()) > 1):
+            raise ValueError("fidelity screening needs one objective and one workload")
+        if self.objective.max_load and (self.fidelity or len(self.all_workloads()) > 1):
+            raise ValueError("max_load works on one workload, without fidelity screening")
+        if self.sampler == "greedy" and self.objective.multi:
+            raise ValueError("sampler greedy needs a single objective")
+        return self
+
+
+
+
+
+
+
+
+# ---- Optuna side -------------------------------------------------------------------------------
+
+
+
+
+
+
+
+
+

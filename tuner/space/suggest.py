@@ -1,0 +1,78 @@
+"""From a space to an Optuna trial's params: define-by-run suggestion (a knob exists only where its
+conditions hold), the grid of discrete values, and the params of a baseline arm."""
+
+from __future__ import annotations
+
+import optuna
+
+from tuner.space.model import Baseline, Param, Scalar, Space
+
+ENGINE_PARAM = "engine"
+
+
+def suggest(trial: optuna.Trial, space: Space,
+            omit: frozenset[str] = frozenset()) -> tuple[str, dict[str, Scalar]]:
+    """Define-by-run suggestion: the engine first, then its params in file order (conditions apply).
+
+    Knobs in ``omit`` are left to the engine (a defaults baseline): one with a documented
+    ``default`` is recorded at that value, one without is not suggested at all, so the trial never
+    claims a value that did not run.
+    """
+    engines = list(space.engines)
+    engine = trial.suggest_categorical(ENGINE_PARAM, engines) if len(engines) > 1 else engines[0]
+    choice = space.engines[engine]
+    values: dict[str, Scalar] = {}
+    for pname, p in choice.params.items():
+        if any(values.get(k) != v for k, v in p.when.items()):
+            continue
+        if pname in omit and p.default is None:
+            continue
+        values[pname] = _suggest_one(trial, pname, p)
+    values.update({k: v for k, v in choice.fixed.items() if k not in omit})
+    return engine, values
+
+
+def grid_values(p: Param) -> list[Scalar] | None:
+    """Every value of a param, when there is a finite set (for the grid sampler)."""
+    if p.type == "bool":
+        return [True, False]
+    if p.type == "categorical":
+        return list(p.choices)
+    if p.type == "int" and p.step:
+        return list(range(int(p.low), int(p.high) + 1, int(p.step)))
+    return None
+
+
+def _suggest_one(trial: optuna.Trial, name: str, p: Param) -> Scalar:
+    if p.type == "int":
+        return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    if p.type == "float":
+        value = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+        # 0.1 steps come back as 0.9400000000000001: keep the command line as the user wrote it
+        return round(value, 10) if p.step else value
+    if p.type == "bool":
+        return trial.suggest_categorical(name, [True, False])
+    return trial.suggest_categorical(name, p.choices)
+
+
+def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar], list[str]]:
+    """Params to enqueue for a baseline, and the knobs to leave to the engine's own defaults.
+
+    A knob the baseline does not set is launched without its flag; the enqueued value is the
+    engine's documented default (``default:`` in the space) so the sampler learns what was run, and
+    a knob without a documented default is not recorded at all.
+    """
+    choice = space.engines[baseline.engine]
+    params: dict[str, Scalar] = {}
+    if len(space.engines) > 1:
+        params[ENGINE_PARAM] = baseline.engine
+    # Fixed knobs are flags too: the engine-defaults arm leaves them out unless it names them.
+    omitted = [k for k in choice.fixed if k not in baseline.params]
+    for pname, p in choice.params.items():
+        if pname in baseline.params:
+            params[pname] = baseline.params[pname]
+        else:
+            omitted.append(pname)
+            if p.default is not None:
+                params[pname] = p.default
+    return params, omitted

@@ -1,0 +1,308 @@
+"""Turn a trial's outcome into what Optuna stores: value, constraint, user attrs, artifacts.
+
+Secrets never reach the storage: argv, env, free text and the stored server log are redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from dataclasses import dataclass
+
+import optuna
+import psutil
+from optuna.artifacts import upload_artifact
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.configs import rules
+from tuner.engines.hardware import detect
+from tuner.errors import HarnessError
+from tuner.fingerprint import environment, model_revision
+from tuner.record import schema
+from tuner.record.slo import metric_value
+from tuner.record.storage import artifact_store
+from tuner.redact import redact_argv, redact_env, redact_text, secret_values
+from tuner.space import Space
+from tuner.trial.runner import TrialOutcome
+
+SCREEN = "screen"
+
+
+# Attributes kept flat on each trial so the dashboard shows them as (sortable) columns.
+HEADLINE_METRICS = (
+    "total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
+    "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "p99_itl_ms", "completed", "failed", "duration",
+    "joules_per_output_token", "gpu_memory_peak_mib", "gpu_utilization_mean_pct",
+    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct",
+)
+
+
+def _telemetry_summary(t: dict) -> dict:
+    """What the report and dashboard need; the full series stay in the bench-result artifact."""
+    keep = ("gpu", "duration_s", "samples", "gpu_selection", "energy_j", "note", "cpu", "errors")
+    summary = {k: t[k] for k in keep if k in t}
+    summary["gpus"] = [{k: g[k] for k in g if k in ("index", "name", "energy_j", "memory_used_mib",
+                                                        "utilization_pct", "power_w")}
+                       for g in t.get("gpus", [])]
+    if "engine_metrics" in t:
+        summary["engine_metrics"] = t["engine_metrics"].get("summary")
+    return summary
+
+
+@dataclass(frozen=True)
+class NoLaunch:
+    """A trial decided before launching, and what Optuna is told for it: COMPLETE with
+    ``values``, or PRUNED (the config it repeats was screened out)."""
+
+    state: TrialState
+    values: float | list[float] | None = None
+
+
+class TrialRecorder:
+    def __init__(self, study: optuna.Study, space: Space, url: str):
+        self.study = study
+        self.space = space
+        self.url = url
+        self.env = environment()
+        self.hardware = detect()
+        self.model_rev = model_revision(space.model.resolved_path())
+
+    def claim(self, trial: optuna.Trial, engine: str) -> None:
+        """Stamp the trial with the process that runs it, so a later resume can tell a live
+        worker's trial from one whose worker died."""
+        me = psutil.Process()
+        trial.set_user_attr(schema.WORKER_HOST, platform.node())
+        trial.set_user_attr(schema.WORKER_PID, me.pid)
+        trial.set_user_attr(schema.WORKER_STARTED, me.create_time())
+        trial.set_user_attr(schema.ENGINE, engine)
+        trial.set_user_attr(schema.ARM, trial.user_attrs.get(schema.ARM, "search"))
+
+    def without_launch(self, trial: optuna.Trial, engine: str, knobs: dict, omit: frozenset[str],
+                       *, check_rules: bool = True) -> NoLaunch | None:
+        """Whether this trial can be answered without starting an engine, and how: a config known
+        to be infeasible, or one this study has measured already. None: launch it."""
+        if self.known_infeasible(trial, engine, knobs, omit, check_rules=check_rules):
+            return NoLaunch(TrialState.COMPLETE, self.refused_values(trial))
+        return self.reuse(trial, engine)
+
+    def known_infeasible(self, trial: optuna.Trial, engine: str, knobs: dict, omit: frozenset[str],
+                         *, check_rules: bool = True) -> bool:
+        """Decide before launching: a rule of the engine's YAML, or a failure an earlier launch
+        taught, says this config cannot run here. Records why (``pruned_rule``); the caller tells
+        the trial COMPLETE with ``refused_values``, as if the engine had refused it: GPSampler
+        ignores PRUNED trials and would keep proposing the config."""
+        version = self._engine_version(engine)
+        verdicts = rules.check(engine, knobs, hardware=self.hardware, space=self.space,
+                               engine_version=version, omit=omit)
+        notes = [f"{v.rule_id}: {v.reason}" for v in verdicts if v.severity == "note"]
+        if notes:
+            trial.set_user_attr(schema.RULE_NOTES, notes)
+        prune = next((v for v in verdicts if v.severity == "prune"), None)
+        learned = rules.covered_by(self._learned(), engine, knobs, self.hardware.device_key)
+        if prune is not None:
+            trial.set_user_attr(schema.PREDICTED_BY_RULE, prune.rule_id)
+        if prune is not None and check_rules:
+            why = {schema.PRUNED_RULE: prune.rule_id, schema.PRUNED_REASON: prune.reason,
+                   schema.PRUNED_SOURCE: prune.source}
+        elif learned is not None:
+            key, number = learned
+            why = {schema.PRUNED_RULE: "learned", schema.PRUNED_SOURCE: f"trial {number}",
+                   schema.PRUNED_REASON: f"trial {number} failed for {rules.describe_key(key)}: "
+                                    "the same failure applies here"}
+        else:
+            return False
+        for k, v in {**why, schema.FEASIBLE: False, schema.KNOBS: dict(knobs)}.items():
+            trial.set_user_attr(k, v)
+        return True
+
+    def reuse(self, trial: optuna.Trial, engine: str) -> NoLaunch | None:
+        """A config the sampler proposes again after this study launched it is not launched
+        again: the trial repeats the latest measurement of it, marked ``reused_from``.
+
+        In small discrete spaces samplers re-propose measured configs often (a third of TPE's
+        trials in the replay benchmark), and each relaunch costs a whole engine start. Repeats
+        that measure noise are `tune confirm`'s: queued trials (baselines, repeats, retries, warm
+        starts) always launch. None: the config is new, launch it.
+        """
+        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params"):
+            return None  # Optuna's mark of an enqueued trial
+        earlier = self._measured(trial.params, engine)
+        if earlier is None:
+            return None
+        trial.set_user_attr(schema.REUSED_FROM, earlier.number)
+        for key in (schema.FEASIBLE, schema.KNOBS, schema.FIDELITY):
+            if key in earlier.user_attrs:
+                trial.set_user_attr(key, earlier.user_attrs[key])
+        for key, value in earlier.constraints.items():
+            trial.set_constraint(key, value)
+        if 0 in earlier.intermediate_values:  # its screen, under multi-fidelity
+            trial.report(earlier.intermediate_values[0], step=0)
+        if earlier.state == TrialState.PRUNED:
+            return NoLaunch(TrialState.PRUNED)
+        return NoLaunch(TrialState.COMPLETE, earlier.values if self.space.objective.multi
+                        else earlier.value)
+
+    def _measured(self, params: dict, engine: str) -> FrozenTrial | None:
+        """The latest finished launch of this searched config: served, refused or screened out."""
+        for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                                         TrialState.PRUNED))):
+            served_or_screened = (t.state == TrialState.COMPLETE
+                                  or t.user_attrs.get(schema.FIDELITY) == "screen")
+            if (t.params == params and t.user_attrs.get(schema.ENGINE) == engine and served_or_screened
+                    and t.user_attrs.get(schema.ARM, "search") == "search" and schema.launched(t)):
+                return t
+        return None
+
+    def _engine_version(self, engine: str) -> str | None:
+        for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+            if t.user_attrs.get(schema.ENGINE) == engine and t.user_attrs.get(schema.ENGINE_VERSION):
+                return t.user_attrs[schema.ENGINE_VERSION]
+        return None
+
+    def _learned(self) -> dict[str, int]:
+        return {t.user_attrs[schema.LEARNED_KEY]: t.number
+                for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get(schema.LEARNED_KEY)}
+
+    def engine_started(self, trial: optuna.Trial, server) -> None:
+        trial.set_user_attr(schema.ENGINE_PGID, server.pgid)
+        trial.set_user_attr(schema.ENGINE_URL, server.base_url)
+
+    def record(self, trial: optuna.Trial, outcome: TrialOutcome) -> float | list[float] | None:
+        """Store everything and return the objective value(s); None when screening stopped the
+        trial (the caller records it PRUNED)."""
+        plan = outcome.plan
+        secrets = secret_values(plan.argv, plan.env)
+        attrs = {
+            schema.ARGV: redact_argv(plan.argv),
+            schema.ENV_VARS: redact_env(plan.env),
+            schema.COMMAND: redact_text(plan.command_line(), secrets),
+            schema.KNOBS: plan.knobs,
+            schema.ENVIRONMENT: {**self.env, "engine_version": outcome.engine_version,
+                            "engine_image": outcome.image, "model_revision": self.model_rev},
+            schema.ENGINE_VERSION: outcome.engine_version,
+            schema.TIMINGS: {k: round(v, 2) for k, v in outcome.timings.items()},
+            schema.FEASIBLE: outcome.ok,
+            schema.CLIENT_SATURATED: outcome.client_saturated,
+        }
+        if outcome.metrics:
+            attrs[schema.METRICS] = outcome.metrics
+            attrs.update({k: outcome.metrics[k] for k in HEADLINE_METRICS if k in outcome.metrics})
+        if outcome.failure:
+            f = outcome.failure
+            attrs.update({schema.FAILURE_CLASS: f.failure_class,
+                          schema.FAILURE_REASON: redact_text(f.reason, secrets),
+                          schema.FAILURE_EVIDENCE: redact_text(f.evidence, secrets)})
+            key = rules.learned_key(list(f.generalises_on), plan.engine, plan.knobs,
+                                    self.hardware.device_key)
+            if key:  # later configs with the same key are pruned without a launch
+                attrs[schema.LEARNED_KEY] = key
+        if outcome.telemetry:
+            attrs[schema.TELEMETRY] = {name: _telemetry_summary(t) for name, t in outcome.telemetry.items()}
+        workloads = {k: v for k, v in outcome.workload_metrics.items() if k != SCREEN}
+        if len(workloads) > 1:
+            attrs[schema.WORKLOAD_METRICS] = workloads
+        screen = outcome.workload_metrics.get(SCREEN)
+        if screen is not None:
+            attrs[schema.SCREEN_METRICS] = screen
+            attrs[schema.FIDELITY] = "screen" if outcome.screened_out else "full"
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        self._upload(trial, outcome, secrets)
+        if outcome.ok:  # a refused config gets all its constraints from refused_values
+            trial.set_constraint("engine_start", 0.0)
+        objective = self.space.objective
+        if screen is not None and not objective.multi:
+            trial.report(float(screen.get(objective.metric, math.nan)), step=0)
+        if outcome.ok and outcome.screened_out:
+            return None
+        if objective.max_load is not None:
+            return self._record_max_load(trial, outcome)
+        slack = self._slo_slack(workloads) if outcome.ok else None
+        if outcome.ok:
+            for metric in objective.slos:
+                trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
+        slo_ok = not slack or all(v <= 0 for v in slack.values())
+        if objective.slos:
+            trial.set_user_attr(schema.SLO_OK, bool(slack) and slo_ok)
+            if slack:
+                trial.set_user_attr(schema.SLO_SLACK, slack)
+        if not outcome.ok:
+            return self.refused_values(trial)
+        values = [self._aggregate(workloads, t.metric, t.direction) for t in objective.targets()]
+        return values if objective.multi else values[0]
+
+    def refused_values(self, trial: optuna.Trial) -> float | list[float]:
+        """Constraints and value(s) of a config that does not serve (the engine refused it, or a
+        rule says it would): every constraint violated, under the same keys as a served trial,
+        and a pessimistic value, so every sampler learns from it like from any measurement."""
+        objective = self.space.objective
+        trial.set_constraint("engine_start", 1.0)
+        slos = ["max_load"] if objective.max_load is not None else list(objective.slos)
+        for metric in slos:
+            trial.set_constraint(f"slo:{metric}", 1.0)
+        values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
+        return values if objective.multi else values[0]
+
+    def _record_max_load(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
+        """The value is the load; a config that meets the SLOs at no load is infeasible."""
+        trial.set_user_attr(schema.LOAD_CURVE, outcome.load_curve)
+        value = outcome.metrics.get("max_load", 0.0) if outcome.ok else 0.0
+        trial.set_user_attr(schema.MAX_LOAD, value)
+        if not outcome.ok:
+            return self.refused_values(trial)
+        trial.set_constraint("slo:max_load", 0.0 if value > 0 else 1.0)
+        return float(value)
+
+    def _aggregate(self, workloads: dict[str, dict], metric: str, direction: str) -> float:
+        """One number over the workloads: their weighted mean, or the worst case."""
+        weights = {w.name: w.weight for w in self.space.all_workloads()}
+        values = {}
+        for name, metrics in workloads.items():
+            value = metric_value(metrics, metric)
+            if value is None:
+                raise HarnessError(f"benchmark result has no metric {metric!r}")
+            values[name] = value
+        if self.space.objective.aggregate == "worst":
+            return min(values.values()) if direction == "maximize" else max(values.values())
+        total = sum(weights.get(n, 1.0) for n in values)
+        return sum(v * weights.get(n, 1.0) for n, v in values.items()) / total
+
+    def _slo_slack(self, workloads: dict[str, dict]) -> dict[str, float]:
+        """Measured minus bound per SLO, on the worst workload; <= 0 means met."""
+        slack = {}
+        for metric, bound in self.space.objective.slos.items():
+            measured = [metric_value(m, metric) for m in workloads.values()]
+            if any(v is None for v in measured):
+                raise HarnessError(f"SLO on unknown metric {metric!r}")
+            slack[metric] = max(measured) - bound
+        return slack
+
+    def pessimistic_value(self, index: int = 0) -> float:
+        """A plausible worst value: samplers that model the objective should not be skewed."""
+        target = self.space.objective.targets()[index]
+        if target.direction == "maximize":
+            return 0.0
+        values = [t.values[index] for t in self.study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)) if t.user_attrs.get(schema.FEASIBLE) and t.values]
+        return 2.0 * max(values) if values else 1e6
+
+    def _upload(self, trial: optuna.Trial, outcome: TrialOutcome, secrets: list[str]) -> None:
+        store = artifact_store(self.url, self.study.study_name)
+        log = outcome.log_path
+        if log.exists():
+            if secrets:  # the stored copy never holds a credential
+                log.write_text(redact_text(log.read_text(errors="replace"), secrets))
+            upload_artifact(artifact_store=store, file_path=str(log), study_or_trial=trial,
+                            mimetype="text/plain", encoding="utf-8")
+        if outcome.result_path and outcome.result_path.exists():
+            upload_artifact(artifact_store=store, file_path=str(outcome.result_path),
+                            study_or_trial=trial, mimetype="application/json")
+        launch = log.parent / "launch.json"
+        launch.write_text(json.dumps({schema.ARGV: redact_argv(outcome.plan.argv),
+                                      "env": redact_env(outcome.plan.env),
+                                      "config_file": outcome.plan.config_file}, indent=2))
+        upload_artifact(artifact_store=store, file_path=str(launch), study_or_trial=trial,
+                        mimetype="application/json")

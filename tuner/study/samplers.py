@@ -1,0 +1,255 @@
+"""Search strategies: Optuna samplers by name, the greedy one-knob-at-a-time procedure that manual
+tuning follows (as a control to beat), and the multi-fidelity margin pruner.
+
+Every strategy is an Optuna sampler, so the live study and the replay benchmark
+(benchmarks/replay.py) run the very same code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import psutil
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import InputError
+from tuner.record.schema import launched
+from tuner.registry import Registry
+from tuner.space.model import Space
+from tuner.space.suggest import ENGINE_PARAM, grid_values
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What a sampler factory may use: the space's seed and budget, the engines' documented defaults
+    (greedy starts there), the finite grid of every param (None when a param is continuous)."""
+
+    seed: int | None
+    defaults: dict[str, Any]
+    grid: dict[str, list] | None
+    multi_objective: bool
+    n_trials: int | None
+
+
+SAMPLERS: Registry[Callable[[SamplerSpec], optuna.samplers.BaseSampler]] = Registry("sampler")
+
+
+def startup_trials(n_trials: int | None) -> int:
+    """How many random trials TPE takes before it models the results: a quarter of the budget,
+    3 to 10.
+
+    Optuna's fixed 10 turns a study of 10 trials or fewer (cpu-smoke has 6) into random search,
+    and spends 10 of 24 trials of a small grid on it. Fewer than 3 gives TPE too little to split
+    into good and bad configs. Without a budget, Optuna's 10.
+    """
+    return 10 if n_trials is None else max(3, min(10, n_trials // 4))
+
+
+@SAMPLERS.register("tpe")
+def _tpe(s: SamplerSpec) -> optuna.samplers.BaseSampler:
+    # Optuna 5 defaults otherwise: multivariate + constant liar for one objective.
+    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=startup_trials(s.n_trials))
+
+
+@SAMPLERS.register("random")
+def _random(s: SamplerSpec) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+@SAMPLERS.register("gp")
+def _gp(s: SamplerSpec) -> optuna.samplers.BaseSampler:
+    if importlib.util.find_spec("torch") is None:  # Optuna 5's GPSampler needs it
+        raise InputError("sampler 'gp' needs PyTorch (pip install torch); use 'tpe' or install it")
+    return optuna.samplers.GPSampler(seed=s.seed)
+
+
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid, told that it is exhausted by the driver's stop rule (``done``) instead of
+    calling ``study.stop()``, which only works inside ``study.optimize``."""
+
+    def after_trial(self, study, trial, state, values) -> None:  # noqa: ANN001 - Optuna's signature
+        pass
+
+    def done(self, study: optuna.Study) -> bool:
+        return self.is_exhausted(study)
+
+
+@SAMPLERS.register("grid")
+def _grid(s: SamplerSpec) -> optuna.samplers.BaseSampler:
+    if not s.grid:
+        raise InputError("sampler 'grid' needs every param to have a finite grid "
+                         "(categorical/bool params, or int params with step)")
+    return _GridSampler(s.grid, seed=s.seed)
+
+
+@SAMPLERS.register("greedy")
+def _greedy(s: SamplerSpec) -> optuna.samplers.BaseSampler:
+    if s.multi_objective:
+        raise InputError("sampler 'greedy' needs a single objective")
+    return GreedySampler(s.defaults, seed=s.seed)
+
+
+def make_sampler(name: str, spec: SamplerSpec) -> optuna.samplers.BaseSampler:
+    return SAMPLERS.get(name)(spec)
+
+
+def exhausted(sampler: optuna.samplers.BaseSampler, study: optuna.Study) -> bool:
+    """A sampler with nothing left to propose (the grid is measured, greedy has walked its ladders)
+    says so through ``done``; the driver stops there."""
+    done = getattr(sampler, "done", None)
+    return bool(done and done(study))
+
+
+def ladder(dist: BaseDistribution, points: int = 4) -> list:
+    """The values a one-knob-at-a-time tuner tries for a knob: every choice, or a geometric (log)
+    or even spread over a numeric range, ends included."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    low, high = dist.low, dist.high
+    if isinstance(dist, IntDistribution):
+        if dist.log:
+            raw = [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+        else:
+            raw = [low + (high - low) * i / (points - 1) for i in range(points)]
+        step = dist.step or 1
+        return sorted({int(low + round((v - low) / step) * step) for v in raw})
+    if dist.log:
+        return [low * (high / low) ** (i / (points - 1)) for i in range(points)]
+    return [low + (high - low) * i / (points - 1) for i in range(points)]
+
+
+_TRIED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
+
+
+class GreedySampler(optuna.samplers.BaseSampler):
+    """The manual procedure of the motivating study: defaults first, then one knob at a time
+    through its ladder, keeping the best value of each knob before moving on.
+
+    Stateless: the next config is derived from the finished trials, so it resumes and replays
+    deterministically. Params the procedure has not reached stay at their defaults. Once every
+    knob's ladder is done it keeps proposing the incumbent (callers stop at their budget).
+    """
+
+    def __init__(self, defaults: dict[str, Any], *, seed: int | None = None):
+        self.defaults = dict(defaults)
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._plans: dict[int, dict[str, Any]] = {}
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is None:
+            plan = self._plans[trial.number] = self._next(study, trial.number)
+        if param_name in plan and param_distribution._contains(
+                param_distribution.to_internal_repr(plan[param_name])):
+            return plan[param_name]
+        if param_name in self.defaults:
+            return self.defaults[param_name]
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def done(self, study: optuna.Study) -> bool:
+        """Every knob's ladder has been measured: the procedure would only repeat itself."""
+        tried = [t.params for t in study.get_trials(deepcopy=False, states=_TRIED)]
+        return bool(tried) and _seen(self._next(study, -1), tried)
+
+    def _next(self, study: optuna.Study, number: int) -> dict[str, Any]:
+        history = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.number != number]
+        # Screened-out configs (PRUNED) count as tried too: proposing them again would loop on a
+        # ladder step that cannot win. Rule-pruned ones are COMPLETE and infeasible.
+        running = [t.params for t in study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
+        distributions = _distributions(study)
+        tried = [t.params for t in history] + running
+        incumbent = dict(self.defaults)
+        if incumbent and not _seen(incumbent, tried):
+            return incumbent
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        for name, dist in distributions.items():
+            candidates = [{**incumbent, name: v} for v in ladder(dist)]
+            pending = [c for c in candidates if not _seen(c, tried)]
+            if pending:
+                return pending[0]
+            scored = [(t.value, t.params) for t in history if t.value is not None and _feasible(t)
+                      and any(_same(t.params, c) for c in candidates + [incumbent])]
+            if scored:
+                best = max(scored, key=lambda s: s[0]) if maximize else min(scored, key=lambda s: s[0])
+                incumbent = {**incumbent, **best[1]}
+        return incumbent
+
+
+def _distributions(study: optuna.Study) -> dict[str, BaseDistribution]:
+    """Params in first-seen order: the order in which the space suggests them."""
+    out: dict[str, BaseDistribution] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name, dist in t.distributions.items():
+            out.setdefault(name, dist)
+    return out
+
+
+def _feasible(t: FrozenTrial) -> bool:
+    return all(v <= 0 for v in t.constraints.values())
+
+
+def _same(params: dict, config: dict) -> bool:
+    return all(params.get(k) == v for k, v in config.items() if k in params)
+
+
+def _seen(config: dict, tried: Sequence[dict]) -> bool:
+    return any(_same(p, config) for p in tried)
+
+
+def screen_threshold(study: optuna.Study, *, margin: float, n_startup: int) -> float | None:
+    """Multi-fidelity: the screening value a new trial must reach to earn the full benchmark.
+
+    Configs within ``margin`` of the best screen so far go on (0.1 keeps anything within 10 %);
+    None while fewer than ``n_startup`` screens exist, so the first trials always run in full. The
+    threshold is computed before the trial starts, so a remote worker (Ray) can apply it alone.
+    """
+    screens = [t.intermediate_values[0] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if 0 in t.intermediate_values and not math.isnan(t.intermediate_values[0])
+        and launched(t)]  # a reused trial repeats its source's screen: not one more screen
+    if len(screens) < n_startup:
+        return None
+    if study.direction == optuna.study.StudyDirection.MAXIMIZE:
+        return max(screens) * (1 - margin)
+    return min(screens) * (1 + margin)
+
+
+def sampler_for(space: Space, *, worker_seed: bool = False) -> optuna.samplers.BaseSampler:
+    """The space's sampler. ``worker_seed``: a process joining or resuming a study draws its own
+    random stream, or two workers with the space's seed would propose the very same configs."""
+    engines = list(space.engines)
+    defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
+    grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
+    for choice in space.engines.values():
+        for pname, p in choice.params.items():
+            if p.default is not None:
+                defaults.setdefault(pname, p.default)
+            values = grid_values(p)
+            if values is None or grid is None:
+                grid = None
+            else:
+                grid[pname] = sorted(set(grid.get(pname, [])) | set(values), key=repr)
+    seed = space.seed
+    if worker_seed and seed is not None:
+        seed += psutil.Process().pid
+    return make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
+                                                   space.budget.n_trials))

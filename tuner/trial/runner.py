@@ -1,0 +1,223 @@
+"""One trial: launch the engine with a config, benchmark it over HTTP, tear it down, report.
+
+Knows nothing about Optuna: it takes a configuration and returns an outcome, so the same code serves
+local studies, Ray workers and `tune evaluate`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from tuner.bench import BenchConfig, run_benchmark
+from tuner.configs.container import unique_name
+from tuner.configs.translate import LaunchPlan, build_plan
+from tuner.engines.failures import NOT_THE_CONFIG, Failure, classify_exit
+from tuner.engines.spec import load_engine
+from tuner.errors import HarnessError
+from tuner.fingerprint import engine_version
+from tuner.paths import expand
+from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
+from tuner.runtime.procgroup import free_port
+from tuner.space import Scalar, Space, Workload
+from tuner.trial.load_search import describe, find_max_load
+from tuner.trial.telemetry import TelemetrySampler, derived
+
+Phase = Callable[[str], None]
+
+
+
+
+@dataclass
+class TrialOutcome:
+    plan: LaunchPlan
+    log_path: Path
+    failure: Failure | None = None
+    metrics: dict = field(default_factory=dict)
+    result_path: Path | None = None
+    engine_version: str | None = None
+    image: str | None = None  # in a container: the image's name, id and digests
+    timings: dict[str, float] = field(default_factory=dict)
+    client_saturated: bool = False
+    workload_metrics: dict[str, dict] = field(default_factory=dict)
+    screened_out: bool = False
+    telemetry: dict[str, dict] = field(default_factory=dict)
+    load_curve: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: str) -> BenchConfig:
+    spec = load_engine(plan.engine)
+    return BenchConfig(
+        base_url=base_url,
+        model=plan.model_path if spec.request.model_name == "path" else plan.served_name,
+        tokenizer=space.model.resolved_tokenizer(),
+        endpoint=workload.endpoint or spec.request.endpoint,
+        dataset_name=workload.dataset,
+        dataset_path=workload.dataset_path and expand(workload.dataset_path),
+        num_prompts=workload.num_prompts,
+        random_input_len=workload.random_input_len,
+        random_output_len=workload.random_output_len,
+        random_range_ratio=workload.random_range_ratio,
+        random_prefix_len=workload.random_prefix_len,
+        sharegpt_output_len=workload.sharegpt_output_len,
+        request_rate=workload.request_rate,
+        burstiness=workload.burstiness,
+        max_concurrency=workload.max_concurrency,
+        seed=workload.seed,
+        num_warmups=workload.num_warmups,
+        omit_fields=frozenset(spec.request.omit_fields),
+        max_duration_s=workload.max_duration_s,
+        api_key=_flag_value(plan.argv, "--api-key"),
+    )
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def run_trial(
+    space: Space,
+    engine: str,
+    knobs: dict[str, Scalar],
+    trial_dir: Path,
+    *,
+    omit: frozenset[str] = frozenset(),
+    on_phase: Phase = lambda _: None,
+    on_started: Callable[[Server], None] | None = None,
+    port: int | None = None,
+    workloads: list[Workload] | None = None,
+    gate: Callable[[dict], bool] | None = None,
+) -> TrialOutcome:
+    """Launch, benchmark each workload in turn on the same server (the space's by default), stop.
+
+    ``outcome.metrics`` holds the first workload's metrics; all of them are in
+    ``outcome.workload_metrics`` by workload name. ``gate`` sees the first workload's metrics and
+    may stop the trial there (multi-fidelity screening): ``outcome.screened_out`` is then set.
+    """
+    spec = load_engine(engine)
+    choice = space.engines[engine]
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config_path = None
+    if spec.config_file is not None:
+        config_path = str(trial_dir / f"{engine}-config.{spec.config_file.format}")
+    plan = build_plan(spec, choice, space.model, knobs, port=port or free_port(), omit=omit,
+                      config_path=config_path,
+                      container_name=unique_name(space.name, trial_dir.name),
+                      cidfile=str(trial_dir / "container.id"))
+    if plan.config_file is not None:
+        Path(config_path).write_text(plan.config_file)
+    log_path = trial_dir / "server.log"
+    outcome = TrialOutcome(plan=plan, log_path=log_path)
+    t0 = time.monotonic()
+    on_phase("launching")
+    try:
+        server = start(plan, spec, log_path)
+    except EngineStartFailed as exc:
+        raise HarnessError(f"port {plan.port} was taken before launch") from exc
+    try:
+        if on_started:  # inside the try: if recording the launch fails, the engine still stops
+            on_started(server)
+        on_phase("waiting for ready")
+        timeout = choice.startup_timeout_s or spec.readiness.startup_timeout_s
+        try:
+            outcome.timings["ready_s"] = wait_ready(server, timeout)
+        except EngineStartFailed as exc:
+            f = exc.failure
+            if f.failure_class in NOT_THE_CONFIG:
+                # Another process took the port between our check and the bind, or the container
+                # runtime refused: not the config's fault, so the trial is failed and retried
+                # instead of teaching the sampler.
+                why = (f"port {plan.port} was taken" if f.failure_class == "port-in-use"
+                       else f"{f.failure_class}: {f.reason}")
+                raise HarnessError(f"{why}: {f.evidence}") from exc
+            outcome.failure = f
+            return outcome
+        outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
+        outcome.image = server.image.describe() if server.image else None
+        t_bench = time.monotonic()
+        primary_errors: list[str] = []
+        if space.objective.max_load is not None:
+            on_phase("searching the max load under the SLOs")
+            _search_max_load(space, plan, server, trial_dir, outcome)
+            workloads = []
+        for i, workload in enumerate(workloads if workloads is not None else [space.workload]):
+            on_phase("benchmarking" + (f" {workload.name}" if workloads and len(workloads) > 1 else ""))
+            metrics_url = server.base_url + spec.metrics_path if spec.metrics_path else None
+            with TelemetrySampler(server.engine_pgid, metrics_url) as sampler:
+                result = run_benchmark(bench_config(space, workload, plan, server.base_url))
+            telemetry = sampler.result()
+            path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
+            _write_json(path, {**result.to_json(), "telemetry": telemetry})
+            outcome.telemetry[workload.name] = telemetry
+            # Energy per token and peak memory are metrics too: usable as objectives and SLOs.
+            metrics = {**result.metrics, **{k: v for k, v in derived(
+                telemetry, result.metrics.get("total_output_tokens") or 0).items() if v is not None}}
+            outcome.workload_metrics[workload.name] = metrics
+            outcome.client_saturated |= result.client_saturated
+            if i == 0:
+                outcome.metrics, outcome.result_path = dict(metrics), path
+                primary_errors = result.errors
+            if not server.alive():
+                break
+            if i == 0 and gate is not None and not gate(result.metrics):
+                outcome.screened_out = True
+                break
+        outcome.timings["bench_s"] = time.monotonic() - t_bench
+        if not server.alive():
+            failure = classify_exit(server.spec, server.log_text(), server.proc.returncode)
+            outcome.failure = Failure(failure.failure_class,
+                                      "server died during the benchmark: " + failure.reason,
+                                      failure.evidence, failure.generalises_on)
+        elif not outcome.metrics.get("completed"):
+            first = primary_errors[0] if primary_errors else "no request completed"
+            outcome.failure = Failure("requests-failed", "every benchmark request failed", first)
+        return outcome
+    finally:
+        on_phase("tearing down")
+        t_down = time.monotonic()
+        server.stop()
+        outcome.timings["teardown_s"] = time.monotonic() - t_down
+        outcome.timings["total_s"] = time.monotonic() - t0
+
+
+def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: Path,
+                     outcome: TrialOutcome) -> None:
+    """Benchmark the one workload at several loads on this server; the best load that met the
+    SLOs becomes the ``max_load`` metric, next to the metrics measured at that load."""
+    ml, workload = space.objective.max_load, space.workload
+    integer = ml.knob == "max_concurrency"
+
+    def measure(load: float) -> dict:
+        w = workload.model_copy(update={ml.knob: int(load) if integer else load,
+                                        "name": f"{ml.knob}-{load:g}"})
+        result = run_benchmark(bench_config(space, w, plan, server.base_url))
+        _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
+        outcome.client_saturated |= result.client_saturated
+        return dict(result.metrics)
+
+    best, curve = find_max_load(measure, low=ml.low, high=ml.high, probes=ml.probes,
+                                slos=space.objective.slos, integer=integer)
+    at_best = next((p.metrics for p in reversed(curve) if p.met and p.load == best),
+                   curve[0].metrics)
+    outcome.metrics = {**at_best, "max_load": best}
+    outcome.workload_metrics[workload.name] = outcome.metrics
+    outcome.load_curve = describe(curve, space.objective.slos)
+    outcome.result_path = trial_dir / f"bench-{ml.knob}-{curve[-1].load:g}.json"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
