@@ -1,18 +1,14 @@
 """Compare search strategies by replaying a measured grid (benchmarks/measure_grid.py).
 
-Each strategy runs the live tool's own code: the sampler the study would build
-(``tuner.study._sampler``: TPE, GP, random, grid, greedy), the define-by-run ``tuner.space.suggest``
-on the replay space, ``TrialRecorder.without_launch`` (configs known to be infeasible, and configs
-measured earlier in the study, are answered without a launch), failed launches recorded COMPLETE
-with the pessimistic value and ``engine_start = 1`` (``TrialRecorder.refused_values``), and
-multi-fidelity exactly as ``tuner.study``/``tuner.recording`` do it: the threshold from
-``screen_threshold`` before the trial, the screen reported as step 0, the gate of ``TrialTask``, a
-screened-out trial told PRUNED. Instead of launching, a trial draws one measured
-launch of its config and one of that launch's full repeats (the measured noise), and is charged
-the engine-seconds that launch took (ready + teardown, plus the screen and/or one full benchmark;
-a refused config is charged its time to fail).
+Each strategy is a live study: ``tuner.study.run``, the one driver the tool runs, with the replay
+executor (``tuner.study.replay``) in place of launches. So the sampler, the define-by-run suggestion,
+the rules and the reuse of earlier measurements (answered without a launch), refused launches
+recorded COMPLETE with the pessimistic value and ``engine_start = 1``, multi-fidelity screening and
+the stop rules are the tool's own code. Instead of launching, a trial draws one measured launch of
+its config and one of that launch's full repeats (the measured noise), and is charged the
+engine-seconds that launch took.
 
-The config a strategy would report is what ``tune best`` reports (``tuner.results.best_config``:
+The config a strategy would report is what ``tune best`` reports (``tuner.record.results.best_config``:
 the feasible config with the best median); it is scored by its TRUE value, the mean of all its
 measured full repeats.
 
@@ -23,7 +19,6 @@ measured full repeats.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import statistics
@@ -35,19 +30,14 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import InputError
 from tuner.record import results, schema
-from tuner.space import Fidelity, Space, load_space, suggest
-from tuner.study.driver import MAX_PRUNED_IN_A_ROW
-from tuner.study.recorder import TrialRecorder
-from tuner.study.samplers import (
-    GreedySampler,
-    _sampler,  # the live study's own pieces
-    screen_threshold,
-)
-from tuner.study.task import TrialTask
+from tuner.space import Fidelity, Space, load_space
+from tuner.study import StudyHandle, TrialRecorder, sampler_for
+from tuner.study import run as run_study
+from tuner.study.replay import Grid, ReplayExecutor
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -73,135 +63,10 @@ TOLERANCE = 0.02  # "within 2 % of the grid optimum"
 
 # ---- the measured grid -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Launch:
-    ok: bool
-    launch_s: float                      # ready + teardown; a refused config: its time to fail
-    screen_value: float | None = None
-    screen_s: float = 0.0
-    full_values: tuple[float, ...] = ()
-    full_s: tuple[float, ...] = ()
 
 
-@dataclass
-class Point:
-    params: dict
-    launches: list[Launch]
-
-    @property
-    def feasible(self) -> bool:
-        return any(launch.ok and launch.full_values for launch in self.launches)
-
-    @property
-    def values(self) -> list[float]:
-        return [v for launch in self.launches if launch.ok for v in launch.full_values]
-
-    @property
-    def true_value(self) -> float | None:
-        """The mean of every full repeat of every launch: the truth the replay scores against."""
-        return statistics.fmean(self.values) if self.feasible else None
-
-    def mean_cost(self, *, screen: bool = False, full: bool = True) -> float:
-        costs = []
-        for launch in self.launches:
-            c = launch.launch_s
-            if launch.ok:
-                c += (launch.screen_s if screen else 0.0) + (
-                    statistics.fmean(launch.full_s) if full and launch.full_s else 0.0)
-            costs.append(c)
-        return statistics.fmean(costs)
 
 
-class Grid:
-    def __init__(self, knobs: list[str], points: list[Point], direction: str = "maximize",
-                 meta: dict | None = None):
-        self.knobs = list(knobs)
-        self.points = points
-        self.direction = direction
-        self.meta = meta or {}
-        self._index = {self.key(p.params): i for i, p in enumerate(points)}
-        if len(self._index) != len(points):
-            raise ValueError("grid has duplicate points")
-        feasible = [p.true_value for p in points if p.feasible]
-        if not feasible:
-            raise ValueError("grid has no feasible point")
-        self.optimum = max(feasible) if direction == "maximize" else min(feasible)
-
-    def key(self, params: dict) -> tuple:
-        return tuple(params[k] for k in self.knobs)
-
-    def index(self, params: dict) -> int:
-        try:
-            return self._index[self.key(params)]
-        except KeyError:
-            raise KeyError(f"config {params} was not measured: the replay space must match the "
-                           "grid") from None
-
-    def point(self, params: dict) -> Point:
-        return self.points[self.index(params)]
-
-    def score(self, params: dict | None) -> float:
-        """True value of a config as a fraction of the optimum (0 when nothing is reported)."""
-        if params is None:
-            return 0.0
-        v = self.point(params).true_value
-        if v is None:
-            return 0.0
-        return v / self.optimum if self.direction == "maximize" else self.optimum / v
-
-    @property
-    def best_params(self) -> dict:
-        return next(p.params for p in self.points if p.feasible and p.true_value == self.optimum)
-
-    def denoised(self) -> "Grid":
-        """The same grid without measurement noise: every launch of a config returns its true
-        value (and its mean screen), at its mean cost. Separates what the search finds from what
-        the noise makes it misreport."""
-        points = []
-        for p in self.points:
-            ok = [launch for launch in p.launches if launch.ok and launch.full_values]
-            if not ok:
-                cost = statistics.fmean(launch.launch_s for launch in p.launches)
-                points.append(Point(dict(p.params), [Launch(False, cost)]))
-                continue
-            screens = [launch.screen_value for launch in ok if launch.screen_value is not None]
-            points.append(Point(dict(p.params), [Launch(
-                True, statistics.fmean(launch.launch_s for launch in ok),
-                statistics.fmean(screens) if screens else None,
-                statistics.fmean(launch.screen_s for launch in ok),
-                (p.true_value,),
-                (statistics.fmean(s for launch in ok for s in launch.full_s),))]))
-        return Grid(self.knobs, points, self.direction, {**self.meta, "noise": "none"})
-
-    @classmethod
-    def from_json(cls, data: dict, metric: str = "value") -> "Grid":
-        """``metric``: "value" (the space's objective) or another number recorded per benchmark
-        by measure_grid.py (e.g. tokens_per_engine_cpu_s)."""
-        points = []
-        for p in data["points"]:
-            launches = []
-            for launch in p["launches"]:
-                if not launch["ok"]:
-                    launches.append(Launch(False, float(launch["time_to_fail_s"])))
-                    continue
-                t = launch["timings"]
-                full = [r for r in launch["full"] if r.get(metric) is not None]
-                screen = launch.get("screen") or {}
-                launches.append(Launch(
-                    True, float(t["ready_s"]) + float(t.get("teardown_s", 0.0)),
-                    screen.get(metric), float(screen.get("seconds") or 0.0),
-                    tuple(float(r[metric]) for r in full),
-                    tuple(float(r["seconds"]) for r in full)))
-            if launches:
-                points.append(Point(dict(p["params"]), launches))
-        meta = dict(data.get("meta", {}))
-        if metric != "value":
-            meta["objective"] = metric
-        return cls(data["knobs"], points, meta.get("direction", "maximize"), meta)
-
-    @classmethod
-    def load(cls, path: Path, metric: str = "value") -> "Grid":
-        return cls.from_json(json.loads(Path(path).read_text()), metric)
 
 
 # ---- one replayed study ------------------------------------------------------------------------
@@ -275,133 +140,78 @@ class Run:
         return done[-1].score if done else 0.0
 
 
+def replay_space(space: Space, strategy: str, seed: int, n_trials: int, *, rules: bool = True) -> Space:
+    """The space the live tool would run for this strategy: its sampler, seed and budget; fidelity
+    screening only for the multi-fidelity strategies; ``check_rules: false`` when rules are off."""
+    sampler_name, multi_fidelity = STRATEGIES[strategy]
+    fidelity = None
+    if multi_fidelity:
+        fidelity = space.fidelity or Fidelity(screen_prompts=1)
+        if strategy in MARGIN:
+            fidelity = fidelity.model_copy(update={"margin": MARGIN[strategy]})
+    engines = space.engines if rules else {
+        name: choice.model_copy(update={"check_rules": False}) for name, choice in space.engines.items()}
+    return space.model_copy(update={
+        "sampler": sampler_name, "seed": seed, "fidelity": fidelity, "engines": engines,
+        "budget": space.budget.model_copy(update={"n_trials": n_trials, "timeout_s": None})})
+
+
 def make_study(space: Space, strategy: str, seed: int, n_trials: int) -> optuna.Study:
     """The study the live tool would create for this space with this sampler, seed and budget."""
-    sampler_name, _ = STRATEGIES[strategy]
-    live_space = space.model_copy(update={
-        "sampler": sampler_name, "seed": seed,
-        "budget": space.budget.model_copy(update={"n_trials": n_trials})})
-    return optuna.create_study(direction=space.objective.direction, sampler=_sampler(live_space),
+    live = replay_space(space, strategy, seed, n_trials)
+    return optuna.create_study(direction=live.objective.direction, sampler=sampler_for(live),
                                pruner=optuna.pruners.NopPruner())
 
 
-_RECORDERS: dict[int, TrialRecorder] = {}
+class _Collector:
+    """The driver's reporter: each finished trial becomes a TrialRec, with what ``tune best``
+    would report after it."""
 
+    def __init__(self, run: Run, grid: Grid, executor: ReplayExecutor, study: optuna.Study):
+        self.run, self.grid, self.executor, self.study = run, grid, executor, study
+        self.cum = 0.0
 
-def _recorder(space: Space, study: optuna.Study) -> TrialRecorder:
-    """The live TrialRecorder (for its pre-launch decisions and refused values), pointed at this
-    study."""
-    base = _RECORDERS.get(id(space))
-    if base is None:
-        base = _RECORDERS[id(space)] = TrialRecorder(study, space, "sqlite:///:memory:")
-    rec = copy.copy(base)
-    rec.study = study
-    return rec
+    def trial_started(self, number: int, index: int, total: int, label: str) -> None: pass
+    def phase(self, phase: str) -> None: pass
+    def note(self, message: str) -> None: pass
+
+    def trial_finished(self, t: FrozenTrial) -> None:
+        status = schema.status(t)
+        if status == "reused":
+            self.run.reused += 1
+            return
+        state = {"pruned": "rule-pruned", "ok": "ok"}.get(status, status)
+        seconds = self.executor.seconds.get(t.number, 0.0)
+        self.cum += seconds
+        best = results.best_config(self.study)
+        reported = {k: best.params[k] for k in self.grid.knobs} if best else None
+        value = t.value if t.state == TrialState.COMPLETE else None
+        self.run.trials.append(TrialRec(t.number, {k: t.params[k] for k in self.grid.knobs}, state,
+                                        value, seconds, self.cum, reported,
+                                        self.grid.score(reported)))
 
 
 def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
            rules: bool = True) -> Run:
-    """One study of ``n_trials`` replayed trials (greedy stops earlier once its ladders are done).
+    """One study of ``n_trials`` launches, run by the live driver (``tuner.study.run``) with the
+    replay executor; greedy and grid stop earlier once they have nothing left to propose.
 
-    Trials run through ``study.optimize(objective, n_trials=1)`` one at a time, as
-    ``tuner.study.run`` does (the grid sampler, for one, calls ``study.stop()`` from inside it).
-    Noise draws are common random numbers: the k-th launch of a config in seed s draws the same
-    measured launch and repeat whichever strategy asks for it, so strategies are compared on the
-    same luck.
-
-    As the live tool does, a config the study has measured already is not launched again: the
-    trial repeats that measurement at no cost and does not count against the budget.
-    ``rules``: as the live tool does, a config that a rule of the engine's YAML (or a failure
-    learned earlier in the study) says cannot start is told COMPLETE with the pessimistic value
-    and engine_start = 1 without a launch, costing nothing but counting as a trial. Off: such
-    configs are launched and refused as measured. Either way the study stops after
-    MAX_PRUNED_IN_A_ROW trials in a row without a launch.
+    As in the live tool, a config the study has measured already is not launched again, and a
+    config a rule of the engine's YAML says cannot start is told COMPLETE with the pessimistic value
+    and engine_start = 1 without a launch; neither costs budget. ``rules`` off: such configs are
+    launched and refused as measured.
     """
-    _, multi_fidelity = STRATEGIES[strategy]
-    fidelity = space.fidelity or Fidelity(screen_prompts=1)
-    if strategy in MARGIN:
-        fidelity = fidelity.model_copy(update={"margin": MARGIN[strategy]})
-    study = make_study(space, strategy, seed, n_trials)
-    metric = space.objective.metric
-    occurrences: dict[int, int] = {}
+    live = replay_space(space, strategy, seed, n_trials, rules=rules)
+    study = optuna.create_study(direction=live.objective.direction, sampler=sampler_for(live),
+                                pruner=optuna.pruners.NopPruner())
+    handle = StudyHandle(study, live, "replay://memory")
+    executor = ReplayExecutor(handle, grid=grid, seed=seed)
     run = Run(strategy, seed, study=study)
-    cost: dict[int, tuple[dict, str, float]] = {}
-    recorder = _recorder(space, study)
-    engine_version = grid.meta.get("engine_version")
-
-    def objective(trial: optuna.Trial) -> float:
-        engine, knobs = suggest(trial, space)
-        trial.set_user_attr(schema.ARM, "search")
-        trial.set_user_attr(schema.ENGINE, engine)
-        # tuner.study.prepare: the threshold is computed before the trial runs.
-        threshold = (screen_threshold(study, margin=fidelity.margin, n_startup=fidelity.n_startup)
-                     if multi_fidelity else None)
-        params = {k: knobs[k] for k in grid.knobs}
-        idx = grid.index(params)
-        point = grid.points[idx]
-        # tuner.study.run: known-infeasible and already-measured configs are not launched
-        answer = (recorder.without_launch(trial, engine, knobs, frozenset(),
-                                          check_rules=space.engines[engine].check_rules)
-                  if rules else recorder.reuse(trial, engine))
-        if answer is not None:
-            state = "reused" if schema.REUSED_FROM in trial.user_attrs else "rule-pruned"
-            cost[trial.number] = (params, state, 0.0)
-            if answer.state == TrialState.PRUNED:
-                raise optuna.TrialPruned()
-            return answer.values
-        occ = occurrences.get(idx, 0)
-        occurrences[idx] = occ + 1
-        draw = np.random.default_rng([seed, idx, occ])
-        launch = point.launches[int(draw.integers(len(point.launches)))]
-        trial.set_user_attr(schema.FEASIBLE, launch.ok)
-        trial.set_user_attr(schema.ENGINE_VERSION, engine_version)
-        seconds = launch.launch_s
-        if not launch.ok:
-            # tuner.recording: refused at start -> COMPLETE, pessimistic value, engine_start = 1
-            cost[trial.number] = (params, "infeasible", seconds)
-            return recorder.refused_values(trial)
-        trial.set_constraint("engine_start", 0.0)
-        passed = True
-        if multi_fidelity:
-            seconds += launch.screen_s
-            trial.report(float(launch.screen_value), step=0)
-            if threshold is not None:  # tuner.study.execute applies the gate only then
-                task = TrialTask(trial.number, engine, knobs, frozenset(), Path("."), space,
-                                 screen_threshold=threshold)
-                passed = task.gate({metric: launch.screen_value})
-            trial.set_user_attr(schema.FIDELITY, "full" if passed else "screen")
-        if not passed:
-            cost[trial.number] = (params, "screened-out", seconds)
-            raise optuna.TrialPruned()  # tuner.study.run: recorder returned None
-        j = int(draw.integers(len(launch.full_values)))
-        cost[trial.number] = (params, "ok", seconds + launch.full_s[j])
-        return launch.full_values[j]
-
-    cum = 0.0
-    unlaunched_in_a_row = 0
-    while len(run.trials) < n_trials:
-        # what tuner.study.run does
-        if unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
-            break
-        if isinstance(study.sampler, GreedySampler) and study.sampler.done(study):
-            break
-        study.optimize(objective, n_trials=1)
-        ft = study.trials[-1]
-        params, state, seconds = cost[ft.number]
-        unlaunched_in_a_row = 0 if schema.launched(ft) else unlaunched_in_a_row + 1
-        if state == "reused":
-            run.reused += 1
-            continue
-        cum += seconds
-        best = results.best_config(study)
-        reported = {k: best.params[k] for k in grid.knobs} if best else None
-        value = ft.value if ft.state == TrialState.COMPLETE else None
-        run.trials.append(TrialRec(ft.number, params, state, value, seconds, cum, reported,
-                                   grid.score(reported)))
+    recorder = TrialRecorder(study, live, handle.url, artifacts=False)
+    run_study(handle, executor=executor, n_trials=n_trials, recorder=recorder,
+              reporter=_Collector(run, grid, executor, study))
     return run
 
-
-# ---- many seeds, summaries, targets ------------------------------------------------------------
 
 def run_all(space: Space, grid: Grid, strategies: list[str], seeds: int, n_trials: int,
             log=print, rules: bool = True) -> tuple[dict[str, list[Run]], dict[str, str]]:

@@ -18,7 +18,7 @@ from tuner.configs.container import ContainerLaunch
 from tuner.engines.spec import EngineSpec, Knob
 from tuner.errors import InputError
 from tuner.paths import expand
-from tuner.runtime import container
+from tuner.configs import container
 from tuner.space import Container, EngineChoice, Model, Scalar
 
 

@@ -23,6 +23,7 @@ from tuner.errors import InputError
 from tuner.paths import expand
 from tuner.redact import redact_argv, redact_env
 from tuner.runtime import container, orphans
+from tuner.engines.runtimes import with_runtime_failures
 from tuner.runtime.container import Image
 from tuner.runtime.procgroup import kill_group, port_is_free
 from tuner.space import EngineChoice
@@ -137,7 +138,7 @@ def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
     image = None
     if plan.container is not None:
         image = container.inspect_image(plan.container.runtime, plan.container.image)
-        spec = container.with_runtime_failures(spec)
+        spec = with_runtime_failures(spec)
     else:
         check_command(plan.argv[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)

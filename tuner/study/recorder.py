@@ -61,7 +61,9 @@ class NoLaunch:
 
 
 class TrialRecorder:
-    def __init__(self, study: optuna.Study, space: Space, url: str):
+    def __init__(self, study: optuna.Study, space: Space, url: str, *, artifacts: bool = True):
+        """``artifacts``: upload each trial's log and result files (off for replayed trials)."""
+        self.artifacts = artifacts
         self.study = study
         self.space = space
         self.url = url
@@ -210,7 +212,8 @@ class TrialRecorder:
             attrs[schema.FIDELITY] = "screen" if outcome.screened_out else "full"
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        self._upload(trial, outcome, secrets)
+        if self.artifacts:
+            self._upload(trial, outcome, secrets)
         if outcome.ok:  # a refused config gets all its constraints from refused_values
             trial.set_constraint("engine_start", 0.0)
         objective = self.space.objective

@@ -1,0 +1,186 @@
+"""Helpers shared by several test modules (one place: no test module imports another)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import create_trial
+
+from tuner.paths import SPACES_DIR
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DATA = TESTS / "data"           # engine flag sets, captured engine logs
+FAULT_ENGINES = TESTS / "fault_engines"
+TUNE = Path(sys.executable).parent / "tune"  # the console script of the venv running the tests
+
+
+def small_space(tmp_path: Path, *, num_prompts: int, n_trials: int, baselines: list | None = None,
+                name: str = "smoke-test") -> Path:
+    """cpu-smoke with a smaller workload and budget, written as the user's own YAML file."""
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["name"] = name
+    data["workload"]["num_prompts"] = num_prompts
+    data["budget"]["n_trials"] = n_trials
+    if baselines is not None:
+        data["baselines"] = baselines
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_tune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(TUNE), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def load(studies: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{studies / (name + '.db')}")
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            out, errs = proc.communicate()
+            raise AssertionError(f"tune exited ({proc.returncode}) while waiting for {what}:\n"
+                                 f"{out}\n{errs}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_engine(db: Path, name: str = "sigint"):
+    """(pgid, port) of the engine of the RUNNING trial once it serves, read from the study file."""
+    if not db.exists():
+        return None
+    try:
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{db}")
+    except Exception:
+        return None
+    for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+        pgid = t.user_attrs.get("engine_pgid")
+        if pgid:
+            return pgid
+    return None
+
+
+def space_file(tmp_path: Path, name: str, *, command=None, fixed_args=None, n_trials=1,
+               num_prompts=8, startup_timeout_s=None, baselines=None) -> Path:
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["name"] = name
+    vllm = data["engines"]["vllm"]
+    if command:
+        vllm["command"] = command
+    if fixed_args is not None:
+        vllm["fixed_args"] = vllm["fixed_args"] + fixed_args
+    if startup_timeout_s:
+        vllm["startup_timeout_s"] = startup_timeout_s
+    data["workload"]["num_prompts"] = num_prompts
+    data["budget"]["n_trials"] = n_trials
+    data["baselines"] = baselines if baselines is not None else [{"name": "vllm-defaults",
+                                                                  "engine": "vllm"}]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def report_study(storage: str = "sqlite:///:memory:", *, evaluation: dict | None = None,
+           n_search: int = 4) -> optuna.Study:
+    study = optuna.create_study(study_name="synthetic", storage=storage, direction="maximize")
+    study.set_user_attr("space", {"workload": {"name": "chat"},
+                                  "objective": {"metric": "total_token_throughput",
+                                                "direction": "maximize"}})
+    study.add_trial(ok_trial(5000.0, {"max_num_seqs": 128, "chunked_prefill": True}, "vllm-defaults",
+                        telemetry=TELEMETRY, omit=["max_num_seqs"]))
+    study.add_trial(refused_trial({"max_num_seqs": 8, "chunked_prefill": False}, "invalid-config",
+                             "Value error, max_num_batched_tokens (256) is smaller than "
+                             "max_model_len (2048).", "probe-invalid"))
+    for i in range(n_search):
+        study.add_trial(ok_trial(4000.0 + 700 * i, {"max_num_seqs": 4 + 9 * i,
+                                               "chunked_prefill": i % 2 == 0}))
+    # ruled out before launch: told COMPLETE like a refusal (tuner.recording.refused_values)
+    study.add_trial(create_trial(value=0.0, params={"max_num_seqs": 3, "chunked_prefill": True},
+                                 distributions=DIST,
+                                 user_attrs={"arm": "search", "pruned_rule": "known-infeasible",
+                                             "pruned_reason": "like trial 1 (invalid-config)",
+                                             "feasible": False},
+                                 system_attrs={"constraints:engine_start": 1.0}))
+    # the last searched config, proposed again: its measurement repeated, no launch
+    last = study.trials[1 + n_search]
+    study.add_trial(create_trial(value=last.value, params=last.params, distributions=DIST,
+                                 user_attrs={"arm": "search", "engine": "vllm", "feasible": True,
+                                             "reused_from": last.number, "status": "reused"},
+                                 system_attrs={"constraints:engine_start": 0.0}))
+    if evaluation:
+        study.set_user_attr("evaluation", evaluation)
+    return study
+
+
+def evaluation_doc(base: list[float], best: list[float]) -> dict:
+    def arm(values):
+        return {"total_token_throughput": values, "output_throughput": [v / 5 for v in values],
+                "mean_tpot_ms": [20.0] * len(values), "p99_ttft_ms": [300.0] * len(values),
+                "failed": [0] * len(values)}
+    return {"repeats": len(base), "finished_at": "2026-11-30T00:00:00+00:00",
+            "best": {"trial": 5, "arm": "search"}, "baseline": {"trial": 0, "arm": "vllm-defaults"},
+            "workloads": [{"name": "short-128-4", "baseline": arm(base), "best": arm(best)},
+                          {"name": "long-1900-100", "baseline": dict(arm(base), failed=[0, 0, 0]),
+                           "best": {"total_token_throughput": [], "failed": [10, 10, 10]}}]}
+
+
+# The 8-config grid of these tests (and of tests/test_study_run.py).
+GRID_PARAMS = {
+    "max_num_seqs": {"type": "categorical", "choices": [2, 8], "default": 8},
+    "max_num_tokens": {"type": "categorical", "choices": [256, 2048], "default": 256},
+    "chunked_prefill": {"type": "bool", "default": True},
+}
+
+
+GRID_FIXED = {"max_seq_len": 2048}
+
+
+DIST = {"max_num_seqs": IntDistribution(2, 128, log=True),
+        "chunked_prefill": CategoricalDistribution([True, False])}
+
+
+# As tuner.recording stores it: one summary per workload, the engine view under engine_metrics.
+TELEMETRY = {"chat": {
+    "gpu": False, "gpus": [], "energy_j": None,
+    "cpu": {"engine_rss_mib": {"min": 1, "mean": 2, "max": 2400.0},
+            "engine_cpu_pct": {"min": 1, "mean": 180.0, "max": 199}},
+    "engine_metrics": {
+        "kv_cache_usage": {"metric": "vllm:kv_cache_usage_perc", "max": 0.031},
+        "requests_waiting": {"metric": "vllm:num_requests_waiting", "max": 126.0},
+        "preemptions": {"metric": "vllm:num_preemptions_total", "delta": 0.0},
+        "queue_time_s": {"metric": "vllm:request_queue_time_seconds", "mean": 3.69,
+                         "count": 200}}}}
+
+
+def ok_trial(value: float, params: dict, arm: str = "search", **attrs) -> optuna.trial.FrozenTrial:
+    ua = {"arm": arm, "engine": "vllm", "feasible": True, "knobs": params,
+          "command": f"vllm serve m --max-num-seqs {params['max_num_seqs']}", "environment": ENV,
+          "total_token_throughput": value, "output_throughput": value / 5, "mean_tpot_ms": 20.0,
+          "p99_ttft_ms": 300.0, "failed": 0, "metrics": {"total_output_tokens": 1000}, **attrs}
+    return create_trial(value=value, params=params, distributions=DIST, user_attrs=ua,
+                        system_attrs={"constraints:engine_start": 0.0})
+
+
+def refused_trial(params: dict, cls: str, evidence: str, arm: str = "search") -> optuna.trial.FrozenTrial:
+    ua = {"arm": arm, "engine": "vllm", "feasible": False, "failure_class": cls,
+          "failure_reason": "vLLM rejected the combination of arguments",
+          "failure_evidence": evidence}
+    return create_trial(value=0.0, params=params, distributions=DIST, user_attrs=ua,
+                        system_attrs={"constraints:engine_start": 1.0})
+
+
+ENV = {"host": "h", "device": "cpu-avx2", "engine_version": "0.32.0", "gpus": []}

@@ -1,0 +1,105 @@
+"""Export/import, fingerprints, storage kinds and the SQLite single-writer guard (no engine runs:
+trials are injected with create_trial, the engine path is covered by test_study_vllm.py)."""
+
+import json
+import subprocess
+import sys
+import tarfile
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from tuner.cli.app import app
+from tuner.errors import InputError
+from tuner.record.storage import artifact_store, default_url, open_storage
+from tuner.space import load_space
+from tuner import study as study_mod
+from tuner.study.lifecycle import fingerprint
+from tuner.study.recovery import single_writer
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def handle(studies, vllm_bin, tiny_model_path):
+    """A cpu-smoke study with two injected finished trials and a log artifact."""
+    space = load_space("cpu-smoke").model_copy(update={"baselines": []})
+    h = study_mod.create(space, "moved", default_url("moved"))
+    dist = {"max_num_seqs": optuna.distributions.IntDistribution(2, 128, log=True)}
+    h.study.add_trial(optuna.trial.create_trial(
+        params={"max_num_seqs": 4}, distributions=dist, value=100.0,
+        user_attrs={"arm": "search", "feasible": True}, constraints={"engine_start": 0.0}))
+    trial = h.study.ask(dist)  # a live trial, as the study loop has, to attach a log to
+    trial.set_user_attr("arm", "search")
+    trial.set_user_attr("feasible", True)
+    trial.set_constraint("engine_start", 0.0)
+    log = studies / "server.log"
+    log.write_text("INFO started\n")
+    optuna.artifacts.upload_artifact(artifact_store=artifact_store(h.url, h.name),
+                                     file_path=str(log), study_or_trial=trial,
+                                     mimetype="text/plain")
+    h.study.tell(trial, 150.0)
+    return h
+
+
+def test_export_import_keeps_trials_attrs_and_artifacts(handle, tmp_path, monkeypatch):
+    archive = tmp_path / "moved.tar.gz"
+    r = runner.invoke(app, ["export", "moved", str(archive)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(tarfile.open(archive).extractfile("manifest.json").read())["trials"] == 2
+
+    other = tmp_path / "elsewhere" / "studies"  # another checkout's studies folder
+    monkeypatch.setenv("TUNER_STUDIES_DIR", str(other))
+    r = runner.invoke(app, ["import", str(archive)])
+    assert r.exit_code == 0, r.output
+    imported = study_mod.load("moved", default_url("moved"))
+    assert [t.state for t in imported.study.trials] == [t.state for t in handle.study.trials]
+    assert imported.space == handle.space
+    last = imported.study.trials[-1]
+    assert last.constraints == {"engine_start": 0.0} and last.user_attrs["feasible"]
+    (meta,) = optuna.artifacts.get_all_artifact_meta(last, storage=imported.study._storage)
+    with artifact_store(imported.url, "moved").open_reader(meta.artifact_id) as f:
+        assert f.read() == b"INFO started\n"
+    again = runner.invoke(app, ["import", str(archive)])
+    assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_bad_archive_is_refused(tmp_path, studies):
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_text("not a tarball")
+    r = runner.invoke(app, ["import", str(bad)])
+    assert r.exit_code == 2 and "not a tune export archive" in r.output
+    assert not studies.exists() or not list(studies.glob("*.db"))
+
+
+def test_changed_hardware_is_refused_and_linked_with_new_hardware(handle):
+    handle.study.set_user_attr("fingerprint", {**fingerprint(), "device": "sm80",
+                                               "gpu": "NVIDIA A100-SXM4-80GB"})
+    r = runner.invoke(app, ["resume", "moved"])
+    assert r.exit_code == 2
+    assert "was measured on other hardware (device: 'sm80' ->" in r.output
+    assert "--new-hardware" in r.output
+    linked = study_mod.link_new_hardware(handle, top_k=1)
+    assert linked.study.user_attrs["linked_from"] == "moved"
+    waiting = [t for t in linked.study.trials if t.state == optuna.trial.TrialState.WAITING]
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [handle.study.trials[1].params]
+    assert waiting[0].user_attrs["warm_start_of"] == "moved#1"
+
+
+def test_sqlite_study_refuses_a_second_process(handle):
+    with single_writer(handle.url):
+        code = ("from tuner.study.recovery import single_writer\n"
+                f"with single_writer({handle.url!r}): pass\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "SQLite is not safe for several workers" in out.stderr
+
+
+def test_journal_storage_roundtrip(tmp_path, vllm_bin, tiny_model_path):
+    url = str(tmp_path / "s.journal")
+    h = study_mod.create(load_space("cpu-smoke"), "j", url)
+    assert len(h.study.trials) == 2  # the enqueued baselines
+    assert study_mod.load("j", url).space == h.space
+    with pytest.raises(InputError, match="no study journal at"):
+        open_storage(str(tmp_path / "missing.journal"))

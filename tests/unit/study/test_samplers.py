@@ -1,0 +1,143 @@
+"""Search strategies and result statistics on synthetic objectives (no engine)."""
+
+import optuna
+import pytest
+
+from tuner.errors import InputError
+from tuner.record.results import ConfigStats, gain
+from tuner.study.samplers import (
+    GreedySampler,
+    ladder,
+    SamplerSpec,
+    make_sampler,
+    screen_threshold,
+    startup_trials,
+)
+
+DEFAULTS = {"seqs": 128, "tokens": 2048, "chunked": True}
+
+
+def objective(trial):
+    seqs = trial.suggest_int("seqs", 2, 128, log=True)
+    tokens = trial.suggest_categorical("tokens", [256, 512, 1024, 2048, 4096])
+    chunked = trial.suggest_categorical("chunked", [True, False])
+    return -abs(seqs - 16) - abs(tokens - 4096) / 100 - (0 if chunked else 5)
+
+
+def test_ladder_spans_ranges_and_choices():
+    assert ladder(optuna.distributions.IntDistribution(2, 128, log=True)) == [2, 8, 32, 128]
+    assert ladder(optuna.distributions.IntDistribution(0, 30)) == [0, 10, 20, 30]
+    assert ladder(optuna.distributions.CategoricalDistribution([1, 2, 3])) == [1, 2, 3]
+
+
+def test_greedy_reproduces_one_knob_at_a_time():
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS, seed=0))
+    study.optimize(objective, n_trials=12)
+    seen = [dict(t.params) for t in study.trials]
+    assert seen[0] == DEFAULTS  # defaults first
+    # then the seqs ladder (128, the default, is already measured) with the rest at defaults
+    assert seen[1:4] == [{**DEFAULTS, "seqs": s} for s in (2, 8, 32)]
+    # the best seqs (8 is closest to 16 on the ladder) is kept while the tokens ladder runs
+    assert seen[4:8] == [{**DEFAULTS, "seqs": 8, "tokens": t} for t in (256, 512, 1024, 4096)]
+    # then chunked, with tokens=4096 kept; afterwards the incumbent is proposed again
+    assert seen[8] == {"seqs": 8, "tokens": 4096, "chunked": False}
+    assert seen[9:] == [{"seqs": 8, "tokens": 4096, "chunked": True}] * 3
+    assert study.sampler.done(study)
+
+
+def test_greedy_is_not_done_midway():
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+    study.optimize(objective, n_trials=4)
+    assert not study.sampler.done(study)
+
+
+def test_greedy_resumes_from_history_deterministically():
+    a = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+    a.optimize(objective, n_trials=9)
+    b = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+    b.optimize(objective, n_trials=5)
+    b.sampler = GreedySampler(DEFAULTS)  # a fresh process resuming the study
+    b.optimize(objective, n_trials=4)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+
+
+def test_screen_threshold_needs_startup_trials_and_applies_margin():
+    study = optuna.create_study(direction="maximize")
+    assert screen_threshold(study, margin=0.1, n_startup=2) is None
+    for v in (100.0, 200.0):
+        t = study.ask()
+        t.report(v, 0)
+        study.tell(t, v)
+    assert screen_threshold(study, margin=0.1, n_startup=2) == pytest.approx(180.0)
+
+
+def test_unknown_or_unavailable_samplers_are_explained():
+    with pytest.raises(InputError, match="unknown sampler 'annealing'"):
+        make_sampler("annealing", _spec())
+    with pytest.raises(InputError, match="needs every param to have a finite grid"):
+        make_sampler("grid", _spec(grid=None))
+
+
+def test_tpe_startup_scales_with_the_budget():
+    """Optuna's fixed 10 random trials made a 6-trial study pure random search."""
+    assert [startup_trials(n) for n in (6, 12, 24, 40, 200)] == [3, 3, 6, 10, 10]
+    assert startup_trials(None) == 10
+    assert make_sampler("tpe", _spec(n_trials=6))._n_startup_trials == 3
+    assert make_sampler("tpe", _spec(n_trials=24))._n_startup_trials == 6
+
+
+def _spec(*, grid=None, n_trials=None) -> SamplerSpec:
+    return SamplerSpec(seed=0, defaults={}, grid=grid, multi_objective=False, n_trials=n_trials)
+
+
+def _stats(values, arm="search"):
+    study = optuna.create_study(direction="maximize")
+    for v in values:
+        study.add_trial(optuna.trial.create_trial(value=v))
+    return ConfigStats(arm, {}, list(study.trials))
+
+
+def test_gain_interval_says_no_significant_gain_when_runs_overlap():
+    g = gain(_stats([100, 110, 90]), _stats([95, 105, 100], "base"))
+    assert g.low_pct < 0 < g.high_pct and g.significant is False
+    assert "no significant gain" in g.describe()
+
+
+def test_gain_interval_is_significant_for_a_clear_win_and_absent_for_n1():
+    g = gain(_stats([150, 152, 149]), _stats([100, 101, 99], "base"))
+    assert g.significant and g.change_pct == pytest.approx(50.0)
+    single = gain(_stats([150]), _stats([100], "base"))
+    assert single.low_pct is None and "no interval" in single.describe()
+
+
+def test_greedy_counts_pruned_configs_as_tried():
+    """A ladder step pruned before launch must not be proposed again and again."""
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+
+    def pruning_objective(trial):
+        value = objective(trial)
+        if trial.params["seqs"] == 2:  # e.g. a feasibility rule
+            raise optuna.TrialPruned()
+        return value
+
+    study.optimize(pruning_objective, n_trials=15)
+    seqs_two = [t for t in study.trials if t.params["seqs"] == 2]
+    assert len(seqs_two) == 1
+    assert study.sampler.done(study)
+
+
+def test_greedy_counts_infeasible_configs_as_tried_and_never_keeps_them():
+    """Configs a rule rules out are told COMPLETE with engine_start = 1 and a pessimistic value:
+    greedy moves on from them and never makes one its incumbent."""
+    study = optuna.create_study(direction="maximize", sampler=GreedySampler(DEFAULTS))
+
+    def ruling_objective(trial):
+        value = objective(trial)
+        refused = trial.params["seqs"] == 8
+        trial.set_constraint("engine_start", 1.0 if refused else 0.0)
+        return 1e9 if refused else value  # an infeasible value must not win, however large
+
+    study.optimize(ruling_objective, n_trials=15)
+    assert len([t for t in study.trials if t.params["seqs"] == 8]) == 1
+    assert study.sampler.done(study)
+    assert study.sampler._next(study, -1)["seqs"] == 2  # the best feasible rung, not 8
