@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import enum
-import sys
 from pathlib import Path
 from typing import Optional
 
 import optuna
 import sqlalchemy.exc
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,23 +23,18 @@ from tuner import study as study_mod
 from tuner.cli import bench as bench_command
 from tuner.cli import dashboard, evaluate, plan
 from tuner.cli import report as report_command
+from tuner.cli.common import App, console, err, fail
+from tuner.cli.common import url as _url
 from tuner.errors import HarnessError, InputError
 from tuner.record import results, schema
 from tuner.record.storage import default_url, study_names
 from tuner.space import load_space
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progress, not Optuna's log
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = App(add_completion=False, no_args_is_help=True,
                   help="Find the fastest way to serve an LLM on given hardware.")
 model_app = typer.Typer(no_args_is_help=True, help="Generate local models for real engine runs.")
 app.add_typer(model_app, name="model")
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 class _ProgressReporter:
@@ -113,15 +106,15 @@ def _run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int], b
                       soft_wrap=True)
             raise typer.Exit(130)
         except HarnessError as exc:
-            _fail(str(exc), 1)
+            fail(str(exc), 1)
         except InputError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         except Exception as exc:
             cause = _storage_cause(exc)
             if cause is None:
                 raise
             progress.stop()
-            _fail(f"the study storage {handle.url} became unavailable ({type(cause).__name__}: "
+            fail(f"the study storage {handle.url} became unavailable ({type(cause).__name__}: "
                   f"{str(cause).strip().splitlines()[0] if str(cause).strip() else cause!r}). The "
                   f"engine was stopped and completed trials are saved; once the storage is back, "
                   f"continue with: tune resume {handle.name} --storage {handle.url}", 1)
@@ -142,7 +135,7 @@ def _storage_cause(exc: BaseException) -> BaseException | None:
 def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
     name, n = space_name, 1
     while True:
-        url = storage or default_url(name)
+        url = _url(storage, name)
         if name not in study_names(url):
             return name
         n += 1
@@ -161,13 +154,10 @@ def start(
     max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
 ) -> None:
     """Start a new study on SPACE and run it."""
-    try:
-        sp = load_space(space)
-        name = study or _resolve_study_name(sp.name, storage)
-        url = storage or default_url(name)
-        handle = study_mod.create(sp, name, url, join=study is not None)
-    except InputError as exc:
-        _fail(str(exc))
+    sp = load_space(space)
+    name = study or _resolve_study_name(sp.name, storage)
+    url = _url(storage, name)
+    handle = study_mod.create(sp, name, url, join=study is not None)
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
     _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)
@@ -185,20 +175,17 @@ def resume(
     max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
 ) -> None:
     """Continue a study: clean up after a crash, retry interrupted trials, finish the budget."""
-    try:
-        handle = study_mod.load(study, storage or default_url(study))
-        changed = study_mod.fingerprint_mismatch(handle)
-        if changed and not new_hardware:
-            diff = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            raise InputError(f"study {study!r} was measured on other hardware ({diff}); mixing "
-                             "measurements would make them incomparable. Use --new-hardware to "
-                             "start a linked study warm-started from its best configs")
-        if changed:
-            handle = study_mod.link_new_hardware(handle)
-            console.print(f"different hardware: continuing in linked study [bold]{handle.name}[/]",
-                          highlight=False)
-    except InputError as exc:
-        _fail(str(exc))
+    handle = study_mod.load(study, _url(storage, study))
+    changed = study_mod.fingerprint_mismatch(handle)
+    if changed and not new_hardware:
+        diff = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+        raise InputError(f"study {study!r} was measured on other hardware ({diff}); mixing "
+                         "measurements would make them incomparable. Use --new-hardware to "
+                         "start a linked study warm-started from its best configs")
+    if changed:
+        handle = study_mod.link_new_hardware(handle)
+        console.print(f"different hardware: continuing in linked study [bold]{handle.name}[/]",
+                      highlight=False)
     if n_trials:
         handle.study.set_user_attr(schema.N_TRIALS, n_trials)
     _run_with_progress(handle, n_trials, backend, address, max_concurrent)
@@ -223,10 +210,7 @@ def status(
         for n in names:
             console.print(n)
         return
-    try:
-        handle = study_mod.load(study, storage or default_url(study))
-    except InputError as exc:
-        _fail(str(exc))
+    handle = study_mod.load(study, _url(storage, study))
     metric = handle.space.objective.metric
     trials = study_mod.trials_table(handle.study)
     params = list(dict.fromkeys(k for t in trials for k in t.params))
@@ -267,10 +251,7 @@ def best(
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
 ) -> None:
     """The best feasible config, its exact serve command, and its metrics vs the baseline."""
-    try:
-        handle = study_mod.load(study, storage or default_url(study))
-    except InputError as exc:
-        _fail(str(exc))
+    handle = study_mod.load(study, _url(storage, study))
     if not _print_best(handle):
         raise typer.Exit(1)
 
@@ -334,11 +315,8 @@ def confirm(
 ) -> None:
     """Re-launch the top configs and the baselines to measure noise; `tune best` then reports
     medians and a confidence interval."""
-    try:
-        handle = study_mod.load(study, storage or default_url(study))
-        added = study_mod.enqueue_repeats(handle, top_k=top_k, repeats=repeats)
-    except InputError as exc:
-        _fail(str(exc))
+    handle = study_mod.load(study, _url(storage, study))
+    added = study_mod.enqueue_repeats(handle, top_k=top_k, repeats=repeats)
     console.print(f"queued {added} repeat launches", highlight=False)
     _run_with_progress(handle, None)
     _print_best(handle)
@@ -352,10 +330,7 @@ def export_cmd(
 ) -> None:
     """Write a study with its trials, attrs, artifacts and logs to one archive."""
     from tuner.record.transfer import export_study
-    try:
-        out = export_study(study, storage or default_url(study), file)
-    except InputError as exc:
-        _fail(str(exc))
+    out = export_study(study, _url(storage, study), file)
     console.print(f"exported {study} to {out}", highlight=False)
 
 
@@ -367,10 +342,7 @@ def import_cmd(
 ) -> None:
     """Import an exported study; continue it with `tune resume`."""
     from tuner.record.transfer import import_study
-    try:
-        target, url = import_study(file, lambda n: storage or default_url(n), name=name)
-    except InputError as exc:
-        _fail(str(exc))
+    target, url = import_study(file, lambda n: _url(storage, n), name=name)
     console.print(f"imported study [bold]{target}[/] into {url}; continue with: tune resume {target}",
                   highlight=False)
 
@@ -386,11 +358,11 @@ def model_tiny(
     """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
     from tuner import tiny_model
     if shape not in tiny_model.SHAPES:
-        _fail(f"unknown shape {shape!r}; choose one of {', '.join(tiny_model.SHAPES)}")
+        fail(f"unknown shape {shape!r}; choose one of {', '.join(tiny_model.SHAPES)}")
     try:
         out = tiny_model.build(path, config=tiny_model.qwen3_config(**tiny_model.SHAPES[shape]))
     except FileExistsError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if weights:
         tiny_model.save_random_weights(out, device=device)
     console.print(f"model written to {out}")
@@ -399,10 +371,3 @@ def model_tiny(
 for _module in (bench_command, plan, dashboard, evaluate, report_command):
     _module.register(app)
 
-
-def main() -> None:  # pragma: no cover - entry point
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tuner.errors import InputError
 from tuner.report.dashboard import is_loopback, resolve, serve
 
 err = Console(stderr=True)
@@ -33,9 +32,6 @@ def dashboard(
                   "[bold]failure_class[/] columns and each trial's note say what ran; "
                   "`tune best` gives the best feasible trial.", highlight=False)
         serve(url, names, host, port)
-    except InputError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
     except KeyboardInterrupt:
         sys.exit(0)
 

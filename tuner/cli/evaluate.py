@@ -9,8 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tuner.errors import InputError
-from tuner.record.storage import default_url
+from tuner.cli.common import url
 from tuner.report.data import evaluation_rows
 from tuner.report.evaluate import EvaluationResult, evaluate, resolve_workloads
 from tuner.report.markdown import fmt
@@ -44,15 +43,12 @@ def evaluate_command(
 ) -> None:
     """Run the best config and the baseline on more workloads, with repeats, and record the result."""
     try:
-        handle = load(study, storage or default_url(study))
+        handle = load(study, url(storage, study))
         chosen = resolve_workloads(workloads, handle.space, sharegpt)
         console.print(f"evaluating on {', '.join(w.name for w in chosen)}, {repeats} repeat(s) "
                       "per config", highlight=False)
         result = evaluate(handle, chosen, repeats,
                           on_phase=lambda p: console.print(f"[dim]{p}[/]", highlight=False))
-    except InputError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] engine stopped; nothing recorded")
         raise typer.Exit(130)

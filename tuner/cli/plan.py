@@ -14,7 +14,6 @@ from tuner.configs.plan import PlannedConfig, PlanReport, build_plan_report
 from tuner.configs.rules import workload_facts
 from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
-from tuner.errors import InputError
 from tuner.space import Param, Scalar, load_space
 
 
@@ -125,17 +124,12 @@ def register(app: typer.Typer) -> None:
     def plan_command(
         space: str = typer.Option(..., "--space", help="Space name (search_spaces/) or YAML path."),
         gpu: Optional[str] = typer.Option(
-            None, "--gpu", help="Plan for a hardware profile (engines/hardware/gpus.yaml, e.g. "
+            None, "--gpu", help="Plan for a hardware profile (tuner/engines/specs/hardware/gpus.yaml, e.g. "
                                 "a100-sxm-80gb) instead of this machine."),
         samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sampled configs."),
     ) -> None:
         """Show the space, what is pruned on this hardware and why, and the exact launch commands."""
         console = Console(width=None if sys.stdout.isatty() else 160)
-        try:
-            report = build_plan_report(load_space(space), resolve(gpu), n_samples=samples, seed=seed)
-        except InputError as exc:
-            Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}",
-                                                       highlight=False)
-            raise typer.Exit(2) from None
+        report = build_plan_report(load_space(space), resolve(gpu), n_samples=samples, seed=seed)
         render(report, console)

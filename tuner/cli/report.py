@@ -32,9 +32,6 @@ def report(
             raise InputError(f"--format {fmt!r}: use html or md")
         path = write_report(load_study(study, storage),
                             out or Path(f"{study}-report.{fmt}"), fmt)  # type: ignore[arg-type]
-    except InputError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
     except OSError as exc:
         err.print(f"[bold red]error:[/] cannot write {out}: {exc.strerror or exc}", highlight=False)
         raise typer.Exit(2)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from tuner.configs import container
 from tuner.configs.checkpoint import checkpoint_for
 from tuner.configs.container import ContainerLaunch
 from tuner.engines.spec import EngineSpec, Knob
 from tuner.errors import InputError
 from tuner.paths import expand
-from tuner.configs import container
 from tuner.space import Container, EngineChoice, Model, Scalar
 
 

@@ -18,12 +18,12 @@ import httpx
 
 from tuner.configs.translate import LaunchPlan
 from tuner.engines.failures import Failure, classify_exit, startup_timeout
+from tuner.engines.runtimes import with_runtime_failures
 from tuner.engines.spec import EngineSpec, load_engine
 from tuner.errors import InputError
 from tuner.paths import expand
 from tuner.redact import redact_argv, redact_env
 from tuner.runtime import container, orphans
-from tuner.engines.runtimes import with_runtime_failures
 from tuner.runtime.container import Image
 from tuner.runtime.procgroup import kill_group, port_is_free
 from tuner.space import EngineChoice

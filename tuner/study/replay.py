@@ -27,6 +27,7 @@ from tuner.study.executors import EXECUTORS, Finished, Hooks
 from tuner.study.task import TrialTask
 from tuner.trial.runner import TrialOutcome
 
+
 @dataclass(frozen=True)
 class Launch:
     ok: bool

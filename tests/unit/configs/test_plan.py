@@ -3,11 +3,10 @@
 import shlex
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
-from tuner.cli.plan import register
+from tuner.cli import app
 from tuner.configs.plan import build_plan_report
 from tuner.engines.hardware import profile
 from tuner.space import load_space
@@ -15,13 +14,6 @@ from tuner.space import load_space
 
 @pytest.fixture(scope="module")
 def cli():
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:  # a group, as in tuner.cli, so `plan` is a subcommand
-        pass
-
-    register(app)
     runner = CliRunner()
     return lambda *args: runner.invoke(app, list(args), env={"COLUMNS": "250"})
 

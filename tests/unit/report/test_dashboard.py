@@ -11,11 +11,10 @@ import time
 import httpx
 import optuna
 import pytest
-import typer
 from optuna.trial import TrialState, create_trial
 from typer.testing import CliRunner
 
-from tuner.cli.dashboard import register
+from tuner.cli import app
 from tuner.errors import InputError
 from tuner.report.dashboard import is_loopback, resolve, trial_note, write_missing_notes
 from tuner.runtime.procgroup import free_port, kill_group
@@ -135,8 +134,6 @@ def test_non_loopback_host_warns_loudly_and_a_taken_port_is_named(studies):
     studies.mkdir()
     optuna.create_study(study_name="a", storage=f"sqlite:///{studies / 'a.db'}")
     assert is_loopback("127.0.0.1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
-    app = typer.Typer()
-    register(app)
     app.command("noop")(lambda: None)
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))

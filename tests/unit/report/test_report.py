@@ -7,12 +7,11 @@ import re
 
 import optuna
 import pytest
-import typer
 from optuna.trial import create_trial
 from typer.testing import CliRunner
 
 from tests.helpers import DIST, evaluation_doc, ok_trial, report_study
-from tuner.cli.report import register
+from tuner.cli import app
 from tuner.report import data as report_data
 from tuner.report.render import write_report
 from tuner.report.stats import change, t_quantile
@@ -200,8 +199,6 @@ def test_report_command_writes_and_names_bad_input(tmp_path, studies):
     url = f"sqlite:///{studies / 'synthetic.db'}"
     studies.mkdir()
     report_study(url)
-    app = typer.Typer()
-    register(app)
     app.command("noop")(lambda: None)
     runner = CliRunner()
     out = tmp_path / "x.md"
