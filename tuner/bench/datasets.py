@@ -24,16 +24,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tuner.errors import BenchInputError
+from tuner.space.model import (
+    SHAREGPT_MAX_PROMPT_LEN,
+    SHAREGPT_MAX_TOTAL_LEN,
+    SHAREGPT_MIN_LEN,
+)
 
 if TYPE_CHECKING:
     from tuner.bench.config import BenchConfig
 
 log = logging.getLogger(__name__)
 
-# vLLM's ShareGPT pruning (is_valid_sequence defaults).
-SHAREGPT_MIN_LEN = 4
-SHAREGPT_MAX_PROMPT_LEN = 1024
-SHAREGPT_MAX_TOTAL_LEN = 2048
 _FIX_LEN_RETRIES = 10
 
 

@@ -8,8 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tuner.errors import InputError
-from tuner.report.render import load_study, write_report
+from tuner.report.render import FORMATS, load_study, write_report
 
 err = Console(stderr=True)
 
@@ -27,11 +26,9 @@ def report(
     fmt: str = typer.Option("html", "--format", "-f", help="html (one self-contained file with plots) or md (tables only)."),
 ) -> None:
     """Write a report: what to run, per-workload gains with intervals, plots, failures, environment."""
+    FORMATS.get(fmt)  # an unknown format fails before the study is read
     try:
-        if fmt not in ("html", "md"):
-            raise InputError(f"--format {fmt!r}: use html or md")
-        path = write_report(load_study(study, storage),
-                            out or Path(f"{study}-report.{fmt}"), fmt)  # type: ignore[arg-type]
+        path = write_report(load_study(study, storage), out or Path(f"{study}-report.{fmt}"), fmt)
     except OSError as exc:
         err.print(f"[bold red]error:[/] cannot write {out}: {exc.strerror or exc}", highlight=False)
         raise typer.Exit(2)

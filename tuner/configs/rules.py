@@ -42,6 +42,7 @@ from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import EngineSpec, load_engine
 from tuner.errors import InputError
 from tuner.space import Scalar, Space, Workload
+from tuner.space.model import SHAREGPT_MAX_PROMPT_LEN, SHAREGPT_MAX_TOTAL_LEN
 
 # ---- the condition language --------------------------------------------------------------------
 
@@ -70,9 +71,8 @@ from tuner.space import Scalar, Space, Workload
 def workload_facts(w: Workload) -> dict[str, Any]:
     """Longest prompt and request a workload sends, as the benchmark client builds them."""
     if w.dataset == "sharegpt":
-        # vLLM's ShareGPT sampler keeps prompts of <= 1024 tokens and prompt+output <= 2048.
-        prompt = 1024
-        total = prompt + w.sharegpt_output_len if w.sharegpt_output_len else 2048
+        prompt = SHAREGPT_MAX_PROMPT_LEN
+        total = prompt + w.sharegpt_output_len if w.sharegpt_output_len else SHAREGPT_MAX_TOTAL_LEN
     else:
         r = w.random_range_ratio  # the same float arithmetic as vLLM's sampler, rounding included
         prompt = w.random_prefix_len + math.ceil(w.random_input_len * (1 + r))

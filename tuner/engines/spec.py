@@ -139,6 +139,17 @@ class Request(_Strict):
     model_name: Literal["served", "path"] = "served"
 
 
+class Metrics(_Strict):
+    """The engine's Prometheus series under the tuner's engine-neutral names, so reports compare
+    engines. Gauges are sampled during the run; counters and histograms (``_sum``/``_count``) are
+    differenced over it. Several names per key: the first the server exports wins (renamed series)."""
+
+    prefix: str                                # the engine's own series start with it
+    gauges: dict[str, list[str]] = {}
+    counters: dict[str, list[str]] = {}
+    histograms: dict[str, list[str]] = {}
+
+
 class EngineSpec(_Strict):
     name: str
     display_name: str
@@ -151,6 +162,7 @@ class EngineSpec(_Strict):
     env: dict[str, str] = {}
     readiness: Readiness = Readiness()
     metrics_path: str | None = None
+    metrics: Metrics | None = None
     config_file: ConfigFile | None = None
     request: Request = Request()
     knobs: dict[str, Knob] = {}

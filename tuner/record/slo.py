@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tuner.errors import HarnessError
+
 
 def metric_value(metrics: dict, name: str) -> float | None:
     """A benchmark metric, or ``failed_pct``: the share of requests that failed."""
@@ -13,12 +15,21 @@ def metric_value(metrics: dict, name: str) -> float | None:
 
 
 def slack(metrics: dict, slos: dict[str, float]) -> dict[str, float]:
-    """Measured minus bound for each SLO (an upper bound); <= 0 means met. Unknown metric: +inf."""
+    """Measured minus bound for each SLO (an upper bound); <= 0 means met. A metric the benchmark
+    did not report is the tuner's fault (the space names only known metrics), never a pass."""
     out = {}
     for name, bound in slos.items():
         value = metric_value(metrics, name)
-        out[name] = float("inf") if value is None else value - bound
+        if value is None:
+            raise HarnessError(f"SLO on metric {name!r}, which the benchmark result does not have")
+        out[name] = value - bound
     return out
+
+
+def worst_slack(per_workload: list[dict], slos: dict[str, float]) -> dict[str, float]:
+    """Each SLO's slack on the workload where it is worst."""
+    slacks = [slack(m, slos) for m in per_workload]
+    return {name: max(s[name] for s in slacks) for name in slos}
 
 
 def met(metrics: dict, slos: dict[str, float]) -> bool:

@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import optuna
 
 from tuner.errors import InputError
 from tuner.record.storage import default_url, open_storage, study_names
+from tuner.registry import Registry
 from tuner.report import data as report_data
+from tuner.report import html, markdown
+
+FORMATS: Registry[Callable[[optuna.Study, report_data.ReportData], str]] = Registry("report format")
 
 
-def render(study: optuna.Study, fmt: Literal["html", "md"]) -> str:
-    tables = report_data.build(study)
-    if fmt == "md":
-        from tuner.report.markdown import render as render_md
-        return render_md(tables)
-    from tuner.report.html import render as render_html
-    return render_html(study, tables)
+@FORMATS.register("html")
+def _html(study: optuna.Study, tables: report_data.ReportData) -> str:
+    return html.render(study, tables)
 
 
-def write_report(study: optuna.Study, out: Path, fmt: Literal["html", "md"] = "html") -> Path:
+@FORMATS.register("md")
+def _markdown(study: optuna.Study, tables: report_data.ReportData) -> str:
+    return markdown.render(tables)
+
+
+def render(study: optuna.Study, fmt: str) -> str:
+    renderer = FORMATS.get(fmt)  # before the tables: an unknown format fails at once
+    return renderer(study, report_data.build(study))
+
+
+def write_report(study: optuna.Study, out: Path, fmt: str = "html") -> Path:
     """Render and write atomically: a browser reloading or a CI upload never sees half a file."""
     text = render(study, fmt)
     out.parent.mkdir(parents=True, exist_ok=True)

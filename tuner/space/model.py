@@ -127,6 +127,14 @@ class Model(_Strict):
         return self.served_name or Path(self.path).name
 
 
+# The ShareGPT sampling of `vllm bench serve` (its is_valid_sequence defaults), which the benchmark
+# client reproduces and the feasibility rules must know: prompts of 4 to 1024 tokens, prompt + output
+# at most 2048.
+SHAREGPT_MIN_LEN = 4
+SHAREGPT_MAX_PROMPT_LEN = 1024
+SHAREGPT_MAX_TOTAL_LEN = 2048
+
+
 class Workload(_Strict):
     name: str = "default"
     weight: float = Field(1.0, gt=0)  # share in a weighted multi-workload objective

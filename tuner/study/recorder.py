@@ -20,7 +20,7 @@ from tuner.engines.hardware import detect
 from tuner.errors import HarnessError
 from tuner.fingerprint import environment, model_revision
 from tuner.record import schema
-from tuner.record.slo import metric_value
+from tuner.record.slo import metric_value, worst_slack
 from tuner.record.storage import artifact_store
 from tuner.redact import redact_argv, redact_env, redact_text, secret_values
 from tuner.space import Space
@@ -223,7 +223,7 @@ class TrialRecorder:
             return None
         if objective.max_load is not None:
             return self._record_max_load(trial, outcome)
-        slack = self._slo_slack(workloads) if outcome.ok else None
+        slack = worst_slack(list(workloads.values()), objective.slos) if outcome.ok else None
         if outcome.ok:
             for metric in objective.slos:
                 trial.set_constraint(f"slo:{metric}", slack[metric] if slack else 1.0)
@@ -272,16 +272,6 @@ class TrialRecorder:
             return min(values.values()) if direction == "maximize" else max(values.values())
         total = sum(weights.get(n, 1.0) for n in values)
         return sum(v * weights.get(n, 1.0) for n, v in values.items()) / total
-
-    def _slo_slack(self, workloads: dict[str, dict]) -> dict[str, float]:
-        """Measured minus bound per SLO, on the worst workload; <= 0 means met."""
-        slack = {}
-        for metric, bound in self.space.objective.slos.items():
-            measured = [metric_value(m, metric) for m in workloads.values()]
-            if any(v is None for v in measured):
-                raise HarnessError(f"SLO on unknown metric {metric!r}")
-            slack[metric] = max(measured) - bound
-        return slack
 
     def pessimistic_value(self, index: int = 0) -> float:
         """A plausible worst value: samplers that model the objective should not be skewed."""

@@ -14,51 +14,37 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
+from functools import cache
 from types import TracebackType
 from typing import Any
 
 import httpx
 import psutil
 
+from tuner.engines.spec import available_engines, load_engine
 from tuner.runtime.procgroup import group_members
 
 _MIB = 1 << 20
 _MAX_ERRORS = 5
 
-# Engine metrics under one vocabulary, so reports compare engines. Gauges are sampled during the
-# run (their values before and after are usually idle); counters and histograms are differenced.
-GAUGES = {
-    "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs",
-                         "trtllm_num_requests_running"),
-    "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs",
-                         "trtllm_num_requests_waiting"),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                       "sglang:token_usage", "trtllm_kv_cache_utilization"),
-    "prefix_cache_hit_rate": ("sglang:cache_hit_rate", "trtllm_kv_cache_hit_rate"),
-    "requests_paused": ("sglang:num_retracted_reqs", "trtllm_num_paused_requests"),
-}
-COUNTERS = {
-    "preemptions": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
-    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total",
-                      "trtllm_prompt_tokens_total"),
-    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
-                          "trtllm_generation_tokens_total"),
-    "requests_finished": ("vllm:request_success_total", "sglang:num_requests_total",
-                          "trtllm_request_success_total"),
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
-}
-# Histograms: the mean over the run is delta(_sum) / delta(_count).
-HISTOGRAMS = {
-    "queue_time_s": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds",
-                     "trtllm_request_queue_time_seconds"),
-    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds",
-               "trtllm_time_to_first_token_seconds"),
-    "e2e_latency_s": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds",
-                      "trtllm_e2e_request_latency_seconds"),
-    "prefill_time_s": ("vllm:request_prefill_time_seconds", "trtllm_request_prefill_time_seconds"),
-    "decode_time_s": ("vllm:request_decode_time_seconds", "trtllm_request_decode_time_seconds"),
-}
+@cache
+def vocabulary() -> tuple[tuple[str, ...], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]],
+                          dict[str, tuple[str, ...]]]:
+    """Engine metrics under one vocabulary, from the engine specs (``metrics:``): the engines'
+    series prefixes, and per engine-neutral name the series that report it (gauges, counters,
+    histograms), in each spec's order of preference."""
+    prefixes: list[str] = []
+    tables: tuple[dict[str, list[str]], ...] = ({}, {}, {})
+    for name in available_engines():
+        metrics = load_engine(name).metrics
+        if metrics is None:
+            continue
+        prefixes.append(metrics.prefix)
+        for table, own in zip(tables, (metrics.gauges, metrics.counters, metrics.histograms)):
+            for key, series in own.items():
+                table.setdefault(key, []).extend(series)
+    gauges, counters, histograms = ({k: tuple(v) for k, v in t.items()} for t in tables)
+    return tuple(prefixes), gauges, counters, histograms
 
 
 # ---- Prometheus text format --------------------------------------------------------------------
@@ -111,9 +97,6 @@ def _parse_labels(text: str, source: str, lineno: int) -> dict[str, str]:
     return labels
 
 
-ENGINE_PREFIXES = ("vllm:", "sglang:", "trtllm_")
-
-
 def totals(samples: list[Sample]) -> dict[str, float]:
     """Each engine series summed over its labels (engines label by model, engine index, tp rank).
 
@@ -121,7 +104,7 @@ def totals(samples: list[Sample]) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for s in samples:
-        if s.name.startswith(ENGINE_PREFIXES) and not s.name.endswith(("_bucket", "_created")):
+        if s.name.startswith(vocabulary()[0]) and not s.name.endswith(("_bucket", "_created")):
             out[s.name] = out.get(s.name, 0.0) + s.value
     return out
 
@@ -130,17 +113,18 @@ def engine_view(before: dict[str, float], after: dict[str, float],
                 gauges: dict[str, list[float]]) -> dict[str, Any]:
     """The engine's story of the run under engine-neutral names, with the source metric named."""
     view: dict[str, Any] = {}
-    for key, names in GAUGES.items():
+    _, gauge_names, counter_names, histogram_names = vocabulary()
+    for key, names in gauge_names.items():
         name = next((n for n in names if n in gauges or n in after), None)
         if name is None:
             continue
         seen = gauges.get(name) or [after[name]]
         view[key] = {"metric": name, **_stats(seen)}
-    for key, names in COUNTERS.items():
+    for key, names in counter_names.items():
         name = next((n for n in names if n in after), None)
         if name is not None:
             view[key] = {"metric": name, "delta": after[name] - before.get(name, 0.0)}
-    for key, names in HISTOGRAMS.items():
+    for key, names in histogram_names.items():
         name = next((n for n in names if n + "_count" in after), None)
         if name is None:
             continue
@@ -357,7 +341,7 @@ class TelemetrySampler:
     def _sample_gauges(self) -> None:
         values = self._scrape()
         if values:
-            wanted = {n for names in GAUGES.values() for n in names}
+            wanted = {n for names in vocabulary()[1].values() for n in names}
             self._add(self._gauges, {k: v for k, v in values.items() if k in wanted})
 
     # result ----------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def test_report_command_writes_and_names_bad_input(tmp_path, studies):
     assert r.exit_code == 0, r.output
     assert out.read_text().startswith("# synthetic: tuning report")
     r = runner.invoke(app, ["report", "synthetic", "--format", "pdf"])
-    assert r.exit_code == 2 and "--format 'pdf': use html or md" in r.output
+    assert r.exit_code == 2 and "unknown report format 'pdf'; choose one of html, md" in r.output
     r = runner.invoke(app, ["report", "nope"])
     assert r.exit_code == 2 and "no study named 'nope'" in r.output and "nope.db" in r.output
 
