@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the report's browser test (tests/test_report_browser.py): Debian's
+# Headless Chromium for the report's browser test (tests/unit/report/test_report_browser.py): Debian's
 # chromium and chromium-driver packages, installed only when missing. Needs root (CI runs as root).
 set -euo pipefail
 

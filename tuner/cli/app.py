@@ -144,7 +144,7 @@ def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
 
 @app.command()
 def start(
-    space: str = typer.Option(..., "--space", "-s", help="Space name from search_spaces/ or a YAML path."),
+    space: str = typer.Option(..., "--space", "-s", help="Space name (bundled, or ./search_spaces/NAME.yaml) or a YAML path."),
     study: Optional[str] = typer.Option(None, help="Study name (default: the space's name, made unique). "
                                         "An existing study of the same space is joined as one more worker."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("plan")
     def plan_command(
-        space: str = typer.Option(..., "--space", help="Space name (search_spaces/) or YAML path."),
+        space: str = typer.Option(..., "--space", help="Space name (bundled, or ./search_spaces/NAME.yaml) or YAML path."),
         gpu: Optional[str] = typer.Option(
             None, "--gpu", help="Plan for a hardware profile (tuner/engines/specs/hardware/gpus.yaml, e.g. "
                                 "a100-sxm-80gb) instead of this machine."),

@@ -2,7 +2,7 @@
 
 A space names the model, the engines with the knobs to search (ranges, choices, conditions), the
 fixed arguments, the workload, the objective, the budget and the baseline arms. ``--space`` takes a
-name from ``search_spaces/`` or a path to the user's own file.
+bundled name, a name from the user's ``./search_spaces/``, or a path to a YAML file.
 """
 
 from __future__ import annotations
