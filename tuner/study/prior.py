@@ -1,0 +1,236 @@
+"""Prior knowledge in the search: predicted values of configs steer the sampler, and the measurements
+teach it how wrong the predictions are on this machine.
+
+A prediction is a config with a number that should rank like the objective: a performance model's
+estimate (``tuner.estimate``), or the value an earlier study measured for the same config on another
+workload, GPU or engine version (a warm start). The sampler:
+
+- at each trial, with probability ``share`` proposes the unmeasured candidate whose *corrected*
+  prediction is best, and otherwise leaves the trial to the base sampler (TPE);
+- corrects a prediction by the log-ratio measured/predicted that the study has seen: per source and
+  engine (a per-engine bias), plus the residual of the nearest measured configs (a knob-dependent
+  distortion);
+- sets ``share`` from how well the predictions have ranked the measured configs so far (Spearman's rho):
+  a prior that ranks well keeps steering, a misleading one hands the search back to the base sampler, so
+  a bad prior can cost a few launches but never the result.
+
+Stateless between trials (everything is derived from the study's trials), so it resumes, and several
+workers agree on what has been measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.record import schema
+
+# Before this many measured predictions, trust the prior: it is all the search knows.
+MIN_FOR_TRUST = 4
+SHARE_TRUSTED = 0.8      # share of trials the prior proposes while it ranks well
+SHARE_FLOOR = 0.15       # a misleading prior still proposes this share (it may recover)
+NEIGHBOURS = 3
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted objective value for one config (the trial's params), from a named source."""
+
+    params: Mapping[str, Any]
+    value: float
+    source: str = "prior"
+
+    def key(self) -> tuple:
+        return config_key(self.params)
+
+
+def config_key(params: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
+
+
+def to_attr(predictions: Sequence[Prediction]) -> list[dict]:
+    """The predictions as stored on the study (workers and `tune resume` rebuild the sampler)."""
+    return [{"params": dict(p.params), "value": p.value, "source": p.source} for p in predictions]
+
+
+def from_attr(stored: Sequence[Mapping[str, Any]]) -> list[Prediction]:
+    return [Prediction(dict(d["params"]), float(d["value"]), d.get("source", "prior")) for d in stored]
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Rank correlation; 0 when either side has no spread."""
+    if len(a) < 2:
+        return 0.0
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: Sequence[float]) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    return ranks
+
+
+class PriorSampler(optuna.samplers.BaseSampler):
+    """Proposes the best corrected prediction for a share of the trials; ``base`` does the rest."""
+
+    def __init__(self, base: optuna.samplers.BaseSampler, predictions: Sequence[Prediction], *,
+                 maximize: bool = True, seed: int | None = None, engine_param: str = "engine"):
+        self.base = base
+        self.predictions = [p for p in predictions if p.value > 0 and math.isfinite(p.value)]
+        self._by_key = {p.key(): p for p in self.predictions}
+        self.maximize = maximize
+        self.engine_param = engine_param
+        self._rng = np.random.default_rng(seed)
+        self._chosen: dict[int, dict[str, Any]] = {}
+
+    # ---- what the study has taught ---------------------------------------------------------------
+
+    def _measured(self, trials: Sequence[FrozenTrial]) -> list[tuple[Prediction, float]]:
+        """(prediction, measured value) of each launched, served config that had a prediction."""
+        out = {}
+        for t in trials:
+            if t.state != TrialState.COMPLETE or not schema.launched(t) or not schema.is_feasible(t):
+                continue
+            p = self._by_key.get(config_key(t.params))
+            if p is not None and t.value is not None and t.value > 0:
+                out[p.key()] = (p, t.value)  # the latest measurement of a config
+        return list(out.values())
+
+    def share(self, measured: Sequence[tuple[Prediction, float]]) -> float:
+        """How many trials the prior proposes: all-in while it has not been tested, then by how
+        well it ranked what was measured."""
+        if len(measured) < MIN_FOR_TRUST:
+            return SHARE_TRUSTED
+        rho = spearman([p.value for p, _ in measured], [v for _, v in measured])
+        if not self.maximize:
+            rho = -rho
+        return SHARE_FLOOR + (SHARE_TRUSTED - SHARE_FLOOR) * max(0.0, rho)
+
+    def corrected(self, p: Prediction, measured: Sequence[tuple[Prediction, float]]) -> float:
+        """The prediction times the error this study has seen: the mean log-ratio of its source and
+        engine (shrunk towards the source's mean), plus the residual of its nearest measured
+        neighbours."""
+        same_source = [(q, math.log(v / q.value)) for q, v in measured if q.source == p.source]
+        if not same_source:
+            return p.value
+        engine = p.params.get(self.engine_param)
+        global_bias = float(np.mean([r for _, r in same_source]))
+        own = [(q, r) for q, r in same_source if q.params.get(self.engine_param) == engine]
+        n = len(own)
+        bias = (sum(r for _, r in own) + global_bias) / (n + 1)
+        if own:
+            near = sorted(own, key=lambda qr: _distance(p.params, qr[0].params))[:NEIGHBOURS]
+            weights = [1.0 / (1.0 + _distance(p.params, q.params)) for q, _ in near]
+            resid = sum(w * (r - bias) for w, (_, r) in zip(weights, near)) / sum(weights)
+            bias += resid * n / (n + 1)
+        return p.value * math.exp(bias)
+
+    def pick(self, trials: Sequence[FrozenTrial]) -> Prediction | None:
+        """The unmeasured candidate with the best corrected prediction, or None (the base sampler's
+        turn, or nothing left)."""
+        measured = self._measured(trials)
+        if self._rng.random() >= self.share(measured):
+            return None
+        tried = {config_key(t.params) for t in trials
+                 if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)}
+        open_ = [p for p in self.predictions if p.key() not in tried]
+        if not open_:
+            return None
+        scored = [(self.corrected(p, measured), p) for p in open_]
+        best = max(scored, key=lambda s: s[0]) if self.maximize else min(scored, key=lambda s: s[0])
+        return best[1]
+
+    # ---- Optuna's sampler interface ----------------------------------------------------------------
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+        fixed = study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params")
+        if fixed:  # an enqueued trial (baseline, seed config, repeat) keeps its params
+            return
+        finished = study.get_trials(deepcopy=False)
+        choice = self.pick([t for t in finished if t.number != trial.number])
+        if choice is not None:
+            self._chosen[trial.number] = dict(choice.params)
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if trial.number in self._chosen:
+            return {}
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if trial.number in self._chosen:
+            return {}
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        chosen = self._chosen.get(trial.number, {})
+        if param_name in chosen and _contains(param_distribution, chosen[param_name]):
+            return chosen[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._chosen.pop(trial.number, None)
+        self.base.after_trial(study, trial, state, values)
+
+    def done(self, study: optuna.Study) -> bool:
+        done = getattr(self.base, "done", None)
+        return bool(done and done(study))
+
+
+def _contains(dist: BaseDistribution, value: Any) -> bool:
+    try:
+        return dist._contains(dist.to_internal_repr(value))
+    except (ValueError, TypeError):
+        return False
+
+
+def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """Knob-space distance: a categorical or boolean mismatch counts 1, a numeric knob its log-ratio
+    (a factor of e counts 1)."""
+    d = 0.0
+    for k in set(a) | set(b):
+        x, y = a.get(k), b.get(k)
+        if x == y:
+            continue
+        if (isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool)
+                and not isinstance(y, bool) and x > 0 and y > 0):
+            d += abs(math.log(x / y))
+        else:
+            d += 1.0
+    return d
+
+
+def seeds(predictions: Sequence[Prediction], k: int, *, maximize: bool = True,
+          engine_param: str = "engine", diversity: Sequence[str] = ("quantization",)) -> list[Prediction]:
+    """The ``k`` best predictions, spread over engines and the ``diversity`` knobs: the best of each
+    (engine, quantization) group first, then the next best overall. These replace the random startup."""
+    ordered = sorted(predictions, key=lambda p: p.value, reverse=maximize)
+    picked: list[Prediction] = []
+    groups: set[tuple] = set()
+    for p in ordered:
+        group = (p.params.get(engine_param), *(p.params.get(d) for d in diversity))
+        if group not in groups:
+            groups.add(group)
+            picked.append(p)
+    rest = [p for p in ordered if p not in picked]
+    return (picked + rest)[:k] if len(picked) < k else sorted(
+        picked, key=lambda p: p.value, reverse=maximize)[:k]
+
+
+def _unused(_: CategoricalDistribution) -> None:  # pragma: no cover
+    pass
