@@ -201,6 +201,8 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
     spec = aic["load_system_spec"](system)["gpu"]
     mem_gib, sm = spec["mem_capacity"] / 2**30, int(spec["sm_version"])
     knobs = {**_engine_defaults(req.engine, system, mem_gib), **req.knobs}
+    if req.engine == "sglang" and not knobs["chunked_prefill"] and "max_num_tokens" not in req.knobs:
+        knobs["max_num_tokens"] = 16384  # unchunked prefill batches are bounded by max_prefill_tokens
     unset = sorted(k for k in ("max_num_seqs", "max_num_tokens", "chunked_prefill")
                    if k not in req.knobs)
     if unset:
@@ -385,5 +387,5 @@ def _run(req: EstimateRequest, plan: _Plan, aic: dict[str, Any], mode: str,
     return Estimate(
         total_tok_s=float(r["seq/s"]) * (isl + osl), output_tok_s=float(r["tokens/s"]),
         ttft_ms=float(r["ttft"]), tpot_ms=float(r["tpot"]), memory_gib=float(r["memory"]),
-        feasible=True, source=source, notes=(f"batch {batch}, {int(r['ctx_tokens'])} context "
+        batch=batch, feasible=True, source=source, notes=(f"batch {batch}, {int(r['ctx_tokens'])} context "
                                              f"tokens per step", *notes))

@@ -68,6 +68,7 @@ class Estimate:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     memory_gib: float | None = None
+    batch: int | None = None  # requests in flight the estimate assumes (after client and KV caps)
     feasible: bool = False
     unsupported: str | None = None
     source: str = ""

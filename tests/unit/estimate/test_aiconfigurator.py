@@ -86,13 +86,14 @@ def test_kv_capacity_caps_the_batch(aic, qwen3_14b):
     assert kv_note and "512 asked" in kv_note[0]
     assert not any(n.startswith("KV cache holds") for n in roomy.notes)
     assert tight.memory_gib < 0.8 * 80 < roomy.memory_gib
+    assert tight.batch < 512 == roomy.batch
 
 
 def test_client_concurrency_caps_the_batch(aic, qwen3_14b):
     capped = aic.estimate(EstimateRequest(engine="vllm", knobs={"max_num_seqs": 256},
                                           model=qwen3_14b, input_len=220, output_len=200,
                                           gpu="a100-sxm-80gb", max_concurrency=32))
-    assert capped.notes[0].startswith("batch 32,")
+    assert capped.batch == 32 and capped.notes[0].startswith("batch 32,")
     assert capped.output_tok_s == pytest.approx(
         aic.estimate(_req(qwen3_14b, max_num_seqs=32)).output_tok_s)
 
