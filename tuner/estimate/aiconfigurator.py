@@ -116,10 +116,12 @@ def _aic() -> dict[str, Any]:
         "resolve_context_fmha_by_data": mods["models"].resolve_context_fmha_by_data,
         "get_database_view": mods["perf_database"].get_database_view,
         "supported": mods["perf_database"].get_supported_databases(),
+        # The maintained ("current") version, as the CLI picks it: not the derived "next" slot.
+        "default_version": cache(mods["perf_database"].get_latest_database_version),
         "load_system_spec": mods["perf_database"].load_system_spec,
         "get_backend": mods["backends.factory"].get_backend,
         "bundled_models": frozenset(mods["common"].DefaultHFModels),
-        "bundle_dir": Path(mods["common"].__file__).parent.parent / "model_configs",
+        "package_dir": Path(mods["common"].__file__).parent.parent,
     }
 
 
@@ -156,8 +158,9 @@ class AIConfiguratorEstimator:
         except _Unsupported as exc:
             return Estimate.cannot(str(exc), source, plan.notes)
         except Exception as exc:  # AIC's own refusals: missing perf data, missing FLOPS, bad config
+            why = str(exc).replace(f"{aic['package_dir']}/", "")  # paths inside the package
             return Estimate.cannot(f"AIConfigurator cannot model this: {type(exc).__name__}: "
-                                   f"{str(exc)[:400]}", source, plan.notes)
+                                   f"{why[:400]}", source, plan.notes)
 
 
 @register("aiconfigurator-hybrid")
@@ -186,7 +189,7 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
     if req.engine_version in versions:
         version = req.engine_version
     else:
-        version = versions[-1]
+        version = aic["default_version"](system, req.engine)
         if req.engine_version:
             notes.append(f"AIC's {req.engine} data is for {version}, not {req.engine_version}")
 
@@ -305,7 +308,7 @@ def _local_dir(model: str) -> Path | None:
 def _read_config(model: str, aic: dict[str, Any]) -> dict | None:
     local = _local_dir(model)
     path = (local / "config.json" if local is not None
-            else aic["bundle_dir"] / f"{model.replace('/', '--')}_config.json")
+            else aic["package_dir"] / "model_configs" / f"{model.replace('/', '--')}_config.json")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

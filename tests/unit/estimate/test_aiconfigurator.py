@@ -71,6 +71,19 @@ def test_matches_the_cli_estimate(aic, qwen3_14b, engine, cli_output_tok_s):
     assert est.output_tok_s == pytest.approx(cli_output_tok_s, abs=0.1)
 
 
+@pytest.mark.parametrize("engine,version,cli_output_tok_s", [
+    ("vllm", "0.24.0", 1166.8), ("sglang", "0.5.14", 1188.1), ("trtllm", "1.3.0rc20", 1181.6)])
+def test_matches_the_cli_estimate_on_h200(aic, engine, version, cli_output_tok_s):
+    """`aiconfigurator cli estimate --model-path Qwen/Qwen3-32B --system h200_sxm --isl 1000
+    --osl 200 --batch-size 64` (shared/reference/aiconfigurator.md): the hub id is one of AIC's
+    bundled configs, and the data version is the one the CLI picks (its current, not its next)."""
+    est = aic.estimate(EstimateRequest(
+        engine=engine, knobs={"max_num_seqs": 64, "max_num_tokens": 1000, "chunked_prefill": False},
+        model="Qwen/Qwen3-32B", input_len=1000, output_len=200, gpu="h200-141gb"))
+    assert f"h200_sxm/{engine} {version}" in est.source
+    assert est.output_tok_s == pytest.approx(cli_output_tok_s, abs=0.1)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_throughput_rises_with_batch(aic, qwen3_14b, engine):
     low, high = (aic.estimate(_req(qwen3_14b, engine, max_num_seqs=b)) for b in (8, 64))
