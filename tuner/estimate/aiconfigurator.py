@@ -208,6 +208,9 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
         knobs["max_num_tokens"] = 16384  # unchunked prefill batches are bounded by max_prefill_tokens
     unset = sorted(k for k in ("max_num_seqs", "max_num_tokens", "chunked_prefill")
                    if k not in req.knobs)
+    if "gpu_memory_utilization" not in req.knobs:
+        unset.append("gpu_memory_utilization")
+        knobs["gpu_memory_utilization"] = "AIC's default for the engine"
     if unset:
         notes.append("engine defaults: " + ", ".join(f"{k}={knobs[k]}" for k in unset))
 
@@ -224,7 +227,7 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
     if max_seq_len is not None and int(max_seq_len) < req.input_len + req.output_len:
         raise _Unsupported(f"max_seq_len {max_seq_len} < input+output "
                            f"({req.input_len + req.output_len}): requests would be rejected")
-    fraction = knobs.get("gpu_memory_utilization")
+    fraction = req.knobs.get("gpu_memory_utilization")
     return _Plan(
         system=system, backend=req.engine, version=version, model_path=_model_path(req.model, aic),
         gemm_quant_mode=gemm, kvcache_quant_mode=KV_DTYPES[kv],
