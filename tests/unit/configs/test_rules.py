@@ -5,7 +5,6 @@ from dataclasses import replace
 
 import pytest
 
-from tuner.engines.model_config import read_model_config
 from tuner.configs.rules import (
     UNSUPPORTED_VALUE,
     check,
@@ -18,6 +17,7 @@ from tuner.configs.rules import (
 )
 from tuner.engines.conditions import UNKNOWN, compile_condition, evaluate, render_reason
 from tuner.engines.hardware import Hardware, profile
+from tuner.engines.model_config import read_model_config
 from tuner.errors import InputError
 from tuner.space import Workload, load_space, space_from_dict
 

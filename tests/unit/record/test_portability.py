@@ -10,11 +10,11 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
+from tuner import study as study_mod
 from tuner.cli.app import app
 from tuner.errors import InputError
 from tuner.record.storage import artifact_store, default_url, open_storage
 from tuner.space import load_space
-from tuner import study as study_mod
 from tuner.study.lifecycle import fingerprint
 from tuner.study.recovery import single_writer
 

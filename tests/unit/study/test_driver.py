@@ -13,11 +13,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.helpers import GRID_FIXED, GRID_PARAMS
+from tuner import study as study_mod
 from tuner.engines.failures import Failure
 from tuner.record import results, schema
 from tuner.record.storage import default_url
 from tuner.space import space_from_dict
-from tuner import study as study_mod
 from tuner.study import Finished
 from tuner.study.samplers import screen_threshold
 from tuner.trial.runner import TrialOutcome

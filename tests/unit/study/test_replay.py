@@ -10,8 +10,8 @@ from optuna.trial import TrialState
 
 from benchmarks import replay
 from tests.helpers import GRID_FIXED, GRID_PARAMS
-from tuner.study import MAX_PRUNED_IN_A_ROW
 from tuner.space import space_from_dict
+from tuner.study import MAX_PRUNED_IN_A_ROW
 from tuner.study.samplers import screen_threshold
 
 READY, TEARDOWN, SCREEN_S, FULL_S, FAIL_S = 40.0, 2.0, 3.0, 10.0, 13.0

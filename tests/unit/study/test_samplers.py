@@ -7,8 +7,8 @@ from tuner.errors import InputError
 from tuner.record.results import ConfigStats, gain
 from tuner.study.samplers import (
     GreedySampler,
-    ladder,
     SamplerSpec,
+    ladder,
     make_sampler,
     screen_threshold,
     startup_trials,
