@@ -9,7 +9,7 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/tune ] || [ pyproject.toml -nt .venv/.tuner-installed ]; then
   echo "Installing the tuner into .venv..."
   "$PY" -m venv .venv
-  .venv/bin/pip install -q -e '.[test,dashboard,postgres,ray]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/pip install -q -e '.[test,dashboard,postgres,ray,estimate]' 2>&1 | grep -v "^WARNING: Location" || true
   # Ray ships a console script named `tune` too; reinstalling ours last makes `tune` this tool.
   .venv/bin/pip install -q --no-deps --force-reinstall -e . 2>&1 | grep -v "^WARNING: Location" || true
   # (grep without -q: -q would close the pipe early, and pipefail would count tune's SIGPIPE)

@@ -27,7 +27,7 @@ from tuner.cli.common import App, console, err, fail
 from tuner.cli.common import url as _url
 from tuner.errors import HarnessError, InputError
 from tuner.record import results, schema
-from tuner.record.storage import default_url, study_names
+from tuner.record.storage import default_url, load_optuna_study, study_names
 from tuner.space import load_space
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progress, not Optuna's log
@@ -142,6 +142,14 @@ def _resolve_study_name(space_name: str, storage: Optional[str]) -> str:
         name = f"{space_name}-{n}"
 
 
+def _warm_start_studies(spec: Optional[str]) -> list[tuple[str, optuna.Study]]:
+    out = []
+    for item in filter(None, (x.strip() for x in (spec or "").split(","))):
+        name, _, where = item.partition("@")
+        out.append((name, load_optuna_study(name, _url(where or None, name))))
+    return out
+
+
 @app.command()
 def start(
     space: str = typer.Option(..., "--space", "-s", help="Space name (bundled, or ./search_spaces/NAME.yaml) or a YAML path."),
@@ -152,12 +160,16 @@ def start(
     backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one; 'auto' to attach)."),
     max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
+    warm_start: Optional[str] = typer.Option(None, "--warm-start", help="Earlier studies to learn from "
+                                             "(comma-separated names; NAME@URL for another storage): their "
+                                             "best configs run first and their measurements steer the search."),
 ) -> None:
     """Start a new study on SPACE and run it."""
     sp = load_space(space)
     name = study or _resolve_study_name(sp.name, storage)
     url = _url(storage, name)
-    handle = study_mod.create(sp, name, url, join=study is not None)
+    handle = study_mod.create(sp, name, url, join=study is not None,
+                              warm_start=_warm_start_studies(warm_start))
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
     _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)
@@ -284,7 +296,22 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
         g = results.gain(best, base)
         console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
                       f"{g.describe()}", highlight=False)
+    pick = results.model_pick(handle.study)
+    if pick is not None:
+        console.print(pick.describe(handle.space.objective.direction == "maximize"), highlight=False)
+    prior = handle.study.user_attrs.get(schema.PRIOR)
+    if prior:
+        console.print("prior: " + "; ".join(_describe_source(s) for s in prior["sources"]),
+                      highlight=False)
     return True
+
+
+def _describe_source(source: dict) -> str:
+    if source["kind"] == "model":
+        return (f"{source['estimator']} predicted {source['predicted']} of {source['asked']} configs "
+                f"for {source['gpu']}")
+    differs = ", ".join(source["differs"]) or "nothing"
+    return f"study {source['study']} ({source['measured']} configs measured; differs: {differs})"
 
 
 def _print_pareto(handle: study_mod.StudyHandle) -> bool:

@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tuner.report.render import FORMATS, load_study, write_report
+from tuner.cli.common import url
+from tuner.record.storage import load_optuna_study
+from tuner.report.render import FORMATS, write_report
 
 err = Console(stderr=True)
 
@@ -28,7 +30,7 @@ def report(
     """Write a report: what to run, per-workload gains with intervals, plots, failures, environment."""
     FORMATS.get(fmt)  # an unknown format fails before the study is read
     try:
-        path = write_report(load_study(study, storage), out or Path(f"{study}-report.{fmt}"), fmt)
+        path = write_report(load_optuna_study(study, url(storage, study)), out or Path(f"{study}-report.{fmt}"), fmt)
     except OSError as exc:
         err.print(f"[bold red]error:[/] cannot write {out}: {exc.strerror or exc}", highlight=False)
         raise typer.Exit(2)

@@ -17,7 +17,8 @@ from tuner.configs.translate import LaunchPlan, UnsupportedValue, build_plan
 from tuner.engines.conditions import Verdict
 from tuner.engines.hardware import Hardware
 from tuner.engines.spec import load_engine
-from tuner.space import ENGINE_PARAM, Scalar, Space, baseline_params, suggest
+from tuner.space import ENGINE_PARAM, Scalar, Space, baseline_params
+from tuner.space.suggest import sample_configs
 
 PLAN_PORT = 8000  # the real port is picked per trial
 _MAX_DRAWS_PER_SAMPLE = 20
@@ -82,16 +83,12 @@ def _engine_plan(space: Space, hardware: Hardware, engine: str, n_samples: int, 
         configs.append(_planned(space, hardware, "engine defaults", engine,
                                 {**defaults, **choice.fixed}, omitted))
 
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     pruned: Counter = Counter()
     draws = 0
     samples = 0
-    while samples < n_samples and draws < n_samples * _MAX_DRAWS_PER_SAMPLE:
-        if len(space.engines) > 1:
-            study.enqueue_trial({ENGINE_PARAM: engine})
-        trial = study.ask()
-        _, knobs = suggest(trial, space)
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    for _, knobs in sample_configs(space, engine, n_samples * _MAX_DRAWS_PER_SAMPLE, seed):
+        if samples >= n_samples:
+            break
         draws += 1
         config = _planned(space, hardware, f"sample {samples + 1}", engine, knobs, ())
         if config.pruned_by:

@@ -115,3 +115,12 @@ def profile(name: str) -> Hardware:
 def resolve(gpu: str | None) -> Hardware:
     """``--gpu NAME`` when given, else this machine."""
     return profile(gpu) if gpu else detect()
+
+
+def profile_key(hw: Hardware) -> str | None:
+    """The profile name of this hardware: its own for a profile, the profile whose NVML name
+    matches for a detected GPU; None for a GPU no profile names (performance models key on it)."""
+    if hw.source == "profile":
+        return hw.name
+    return next((name for name, p in _profiles().items()
+                 if p.kind == hw.kind == "gpu" and p.gpu_name == hw.gpu_name), None)

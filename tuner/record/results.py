@@ -131,3 +131,38 @@ def gain(best: ConfigStats, base: ConfigStats, *, seed: int = 0, n_boot: int = 4
     ratios = 100.0 * (ra - rb) / rb
     low, high = np.percentile(ratios, [2.5, 97.5])
     return Gain(change, float(low), float(high), best.n, base.n)
+
+
+@dataclass(frozen=True)
+class ModelPick:
+    """The performance model's own top config, measured like a baseline: how far the prediction
+    was from the measurement, and from the searched best."""
+
+    predicted: float
+    measured: float
+    best: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+    @property
+    def below_best_pct(self) -> float:
+        return 100.0 * (self.best - self.measured) / self.best
+
+    def describe(self, maximize: bool = True) -> str:
+        gap = self.below_best_pct if maximize else -self.below_best_pct
+        return (f"model pick: predicted {self.predicted:,.2f}, measured {self.measured:,.2f} "
+                f"(prediction {self.error_pct:+.0f}%), {gap:.1f}% "
+                f"{'below' if maximize else 'above'} the best found")
+
+
+def model_pick(study: optuna.Study, arm: str = "model-pick") -> ModelPick | None:
+    best = best_config(study)
+    groups = [g for g in group_configs(study) if g.arm == arm]
+    if best is None or not groups:
+        return None
+    predicted = groups[0].first.user_attrs.get(schema.PREDICTION)
+    if predicted is None:
+        return None
+    return ModelPick(float(predicted), groups[0].median, best.median)

@@ -158,3 +158,18 @@ def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:
 
 def trial_dir(url: str, study_name: str, number: int) -> Path:
     return data_dir(url, study_name) / "trials" / f"trial-{number:04d}"
+
+
+def require_study(name: str, url: str) -> list[str]:
+    """The studies in ``url``; an input error naming them when ``name`` is not one."""
+    names = study_names(url)
+    if name not in names:
+        raise InputError(f"no study named {name!r} in {url}; studies there: "
+                         f"{', '.join(names) or '(none)'}")
+    return names
+
+
+def load_optuna_study(name: str, url: str) -> optuna.Study:
+    """A stored study by name (read it: the tuner's own handle is ``tuner.study.load``)."""
+    require_study(name, url)
+    return optuna.load_study(study_name=name, storage=open_storage(url))

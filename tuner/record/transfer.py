@@ -19,15 +19,14 @@ import optuna
 from tuner import __version__
 from tuner.errors import InputError
 from tuner.record import schema
-from tuner.record.storage import data_dir, open_storage, study_names
+from tuner.record.storage import data_dir, open_storage, require_study, study_names
 
 FORMAT = 1
 
 
 def export_study(name: str, url: str, out: Path) -> Path:
     """Write ``out`` (a .tar.gz) atomically: a partial archive never takes its place."""
-    if name not in study_names(url):
-        raise InputError(f"no study named {name!r} in {url}")
+    require_study(name, url)
     out = out.expanduser().resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

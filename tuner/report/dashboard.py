@@ -19,7 +19,13 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import InputError
 from tuner.paths import studies_dir
 from tuner.record import schema
-from tuner.record.storage import artifact_store, default_url, open_storage, study_names
+from tuner.record.storage import (
+    artifact_store,
+    default_url,
+    open_storage,
+    require_study,
+    study_names,
+)
 from tuner.report.data import objective_name
 from tuner.runtime.procgroup import port_is_free
 
@@ -143,11 +149,7 @@ def resolve(study: str | None, storage: str | None) -> tuple[str, list[str]]:
     """The storage URL to serve and the studies in it; a wrong name or URL is an InputError."""
     if study is not None:
         url = storage or default_url(study)
-        names = study_names(url)
-        if study not in names:
-            raise InputError(f"no study named {study!r} in {url}; studies there: "
-                             f"{', '.join(names) or '(none)'}")
-        return url, names
+        return url, require_study(study, url)
     if storage is not None:
         names = study_names(storage)
         if not names:

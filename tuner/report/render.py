@@ -9,8 +9,6 @@ from pathlib import Path
 
 import optuna
 
-from tuner.errors import InputError
-from tuner.record.storage import default_url, open_storage, study_names
 from tuner.registry import Registry
 from tuner.report import data as report_data
 from tuner.report import html, markdown
@@ -47,12 +45,3 @@ def write_report(study: optuna.Study, out: Path, fmt: str = "html") -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
-
-
-def load_study(name: str, storage: str | None) -> optuna.Study:
-    url = storage or default_url(name)
-    names = study_names(url)
-    if name not in names:
-        raise InputError(f"no study named {name!r} in {url}; studies there: "
-                         f"{', '.join(names) or '(none)'}")
-    return optuna.load_study(study_name=name, storage=open_storage(url))

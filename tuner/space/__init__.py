@@ -21,5 +21,5 @@ from tuner.space.model import (
 from tuner.space.suggest import ENGINE_PARAM, baseline_params, grid_values, suggest
 
 __all__ = ["ENGINE_PARAM", "Baseline", "Budget", "Container", "EngineChoice", "Fidelity", "MaxLoad",
-           "Model", "Objective", "Param", "Scalar", "Space", "Target", "Workload", "available_spaces",
+           "Model", "Objective", "Param", "Prior", "Scalar", "Space", "Target", "Workload", "available_spaces",
            "baseline_params", "grid_values", "load_space", "space_from_dict", "suggest"]

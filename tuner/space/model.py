@@ -219,6 +219,18 @@ class Fidelity(_Strict):
     n_startup: int = Field(2, ge=0)
 
 
+class Prior(_Strict):
+    """Prior knowledge for the search: a performance model's predictions (``estimator``), used to
+    queue the best predicted configs first, to launch the model's own pick as a control arm, and to
+    steer the sampler while the study learns how wrong the model is here."""
+
+    estimator: str = "aiconfigurator"   # a name in tuner.estimate.ESTIMATORS
+    gpu: str | None = None              # the hardware profile it predicts for (default: this machine)
+    candidates: int = Field(256, ge=1, le=5000)  # configs per engine the model is asked about
+    seeds: int = Field(4, ge=0)         # best predicted configs queued first, spread over engines
+    model_pick: bool = True             # launch the model's top config as the arm "model-pick"
+
+
 class Budget(_Strict):
     n_trials: int = Field(20, gt=0)
     timeout_s: float | None = Field(None, gt=0)
@@ -250,6 +262,7 @@ class Space(_Strict):
     baselines: list[Baseline] = []
     sampler: str = "tpe"  # a name in tuner.study.samplers.SAMPLERS, checked when the study is made
     fidelity: Fidelity | None = None
+    prior: Prior | None = None
     seed: int | None = None
 
     def all_workloads(self) -> list[Workload]:

@@ -76,3 +76,18 @@ def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar]
             if p.default is not None:
                 params[pname] = p.default
     return params, omitted
+
+
+def sample_configs(space: Space, engine: str, n: int, seed: int = 0) -> list[tuple[dict, dict]]:
+    """``n`` random configs of one engine as the define-by-run suggestion draws them: (trial params,
+    knobs). For showing and predicting configs; nothing is launched."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    out = []
+    for _ in range(n):
+        if len(space.engines) > 1:
+            study.enqueue_trial({ENGINE_PARAM: engine})
+        trial = study.ask()
+        _, knobs = suggest(trial, space)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        out.append((dict(trial.params), knobs))
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import optuna
@@ -19,10 +20,12 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import InputError
 from tuner.fingerprint import environment
 from tuner.record import results, schema
-from tuner.record.storage import open_storage, study_names
+from tuner.record.storage import load_optuna_study, open_storage, study_names
 from tuner.redact import redact_space
 from tuner.runtime.launcher import check_launchable
 from tuner.space import Space, baseline_params, space_from_dict
+from tuner.study import knowledge
+from tuner.study.knowledge import Knowledge, merge, model_predictions, queue
 from tuner.study.samplers import sampler_for
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -78,11 +81,14 @@ def _check_commands(space: Space) -> None:
 
 
 def create(space: Space, name: str, url: str, *, join: bool = False,
-           linked_from: str | None = None) -> StudyHandle:
+           linked_from: str | None = None,
+           warm_start: Sequence[tuple[str, optuna.Study]] = (), warm_top_k: int = 3) -> StudyHandle:
     """A new study, or with ``join`` the same-space study other workers already run.
 
     Creation is atomic in the database, so when several workers start at once exactly one creates
-    the study and enqueues the baselines; the others join it.
+    the study and enqueues the baselines; the others join it. Prior knowledge (the space's
+    ``prior:``, earlier studies in ``warm_start``) is gathered before the study exists, so a bad
+    estimator or source study fails without leaving a half-made study.
     """
     _check_commands(space)
     if name in study_names(url):
@@ -90,6 +96,8 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
             raise InputError(f"study {name!r} already exists in {url}; continue it with "
                              f"`tune resume {name}` or pick another --study name")
         return _join(space, name, url)
+    found = merge(model_predictions(space, seed=space.seed or 0),
+                  knowledge.warm_start(space, warm_start, fingerprint_here=fingerprint()))
     storage = open_storage(url, create=True)
     try:
         study = _create_optuna_study(space, storage, name)
@@ -104,6 +112,10 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
         study.set_user_attr(schema.LINKED_FROM, linked_from)
     handle = StudyHandle(study, space, url)
     enqueue_baselines(handle)
+    if found.predictions:
+        study.set_user_attr(schema.PRIOR, found.to_attr())
+        queue(study, space, found, warm_top_k=warm_top_k)
+        study.sampler = sampler_for(space, predictions=found.predictions)
     study.set_user_attr(schema.READY, True)
     return handle
 
@@ -118,12 +130,8 @@ def _join(space: Space, name: str, url: str) -> StudyHandle:
 
 
 def load(name: str, url: str) -> StudyHandle:
-    names = study_names(url)
-    if name not in names:
-        raise InputError(f"no study named {name!r} in {url}; studies there: "
-                         f"{', '.join(names) or '(none)'}")
-    storage = open_storage(url)
-    stored = optuna.load_study(study_name=name, storage=storage)
+    stored = load_optuna_study(name, url)
+    storage = stored._storage
     deadline = time.monotonic() + 30
     while not stored.user_attrs.get(schema.READY) and time.monotonic() < deadline:
         time.sleep(0.5)  # another worker is creating it right now
@@ -131,8 +139,10 @@ def load(name: str, url: str) -> StudyHandle:
     if stored.user_attrs.get(schema.SPACE) is None:
         raise InputError(f"study {name!r} was not created by tune (no stored space)")
     space = space_from_dict(stored.user_attrs[schema.SPACE], f"space stored in study {name!r}")
+    known = Knowledge.from_attr(stored.user_attrs.get(schema.PRIOR))
     study = optuna.load_study(study_name=name, storage=storage,
-                              sampler=sampler_for(space, worker_seed=True),
+                              sampler=sampler_for(space, worker_seed=True,
+                                                  predictions=known.predictions),
                               pruner=optuna.pruners.NopPruner())
     return StudyHandle(study, space, url)
 
@@ -146,24 +156,20 @@ def fingerprint_mismatch(handle: StudyHandle) -> dict[str, tuple]:
 
 
 def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
-    """A new study for this hardware, warm-started with the old study's best configs."""
+    """A new study for this hardware, warm-started from the old study: its best configs first, its
+    measurements as the prior (a Pareto front is only queued)."""
     base = f"{handle.name}-{fingerprint()['device']}"
     name, n = base, 1
     while name in study_names(handle.url):
         n += 1
         name = f"{base}-{n}"
+    if not handle.space.objective.multi:  # the old study's measurements become the prior
+        return create(handle.space, name, handle.url, linked_from=handle.name,
+                      warm_start=[(handle.name, handle.study)], warm_top_k=top_k)
     new = create(handle.space, name, handle.url, linked_from=handle.name)
-    if handle.space.objective.multi:
-        best = results.pareto_front(handle.study)[:top_k]
-    else:
-        feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.user_attrs.get(schema.FEASIBLE) and schema.launched(t)
-                    and t.user_attrs.get(schema.ARM, "search") == "search"]
-        reverse = handle.space.objective.direction == "maximize"
-        best = sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]
-    for t in best:
-        new.study.enqueue_trial(t.params, user_attrs={schema.ARM: "search", schema.WARM_START_OF:
-                                                      f"{handle.name}#{t.number}"},
+    for t in results.pareto_front(handle.study)[:top_k]:
+        new.study.enqueue_trial(t.params, user_attrs={schema.ARM: schema.SEARCH,
+                                                      schema.WARM_START_OF: f"{handle.name}#{t.number}"},
                                 skip_if_exists=True)
     return new
 

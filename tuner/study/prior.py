@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.record import schema
@@ -46,6 +46,7 @@ class Prediction:
     params: Mapping[str, Any]
     value: float
     source: str = "prior"
+    origin: str = ""  # where a measured prediction was measured: "<study>#<trial>"
 
     def key(self) -> tuple:
         return config_key(self.params)
@@ -53,15 +54,6 @@ class Prediction:
 
 def config_key(params: Mapping[str, Any]) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in params.items()))
-
-
-def to_attr(predictions: Sequence[Prediction]) -> list[dict]:
-    """The predictions as stored on the study (workers and `tune resume` rebuild the sampler)."""
-    return [{"params": dict(p.params), "value": p.value, "source": p.source} for p in predictions]
-
-
-def from_attr(stored: Sequence[Mapping[str, Any]]) -> list[Prediction]:
-    return [Prediction(dict(d["params"]), float(d["value"]), d.get("source", "prior")) for d in stored]
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
@@ -231,6 +223,3 @@ def seeds(predictions: Sequence[Prediction], k: int, *, maximize: bool = True,
     return (picked + rest)[:k] if len(picked) < k else sorted(
         picked, key=lambda p: p.value, reverse=maximize)[:k]
 
-
-def _unused(_: CategoricalDistribution) -> None:  # pragma: no cover
-    pass

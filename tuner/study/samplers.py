@@ -27,6 +27,7 @@ from tuner.record.schema import launched
 from tuner.registry import Registry
 from tuner.space.model import Space
 from tuner.space.suggest import ENGINE_PARAM, grid_values
+from tuner.study.prior import Prediction, PriorSampler
 
 
 @dataclass(frozen=True)
@@ -233,9 +234,11 @@ def screen_threshold(study: optuna.Study, *, margin: float, n_startup: int) -> f
     return min(screens) * (1 + margin)
 
 
-def sampler_for(space: Space, *, worker_seed: bool = False) -> optuna.samplers.BaseSampler:
-    """The space's sampler. ``worker_seed``: a process joining or resuming a study draws its own
-    random stream, or two workers with the space's seed would propose the very same configs."""
+def sampler_for(space: Space, *, worker_seed: bool = False,
+                predictions: Sequence[Prediction] = ()) -> optuna.samplers.BaseSampler:
+    """The space's sampler; with ``predictions`` (prior knowledge), wrapped by the prior sampler.
+    ``worker_seed``: a process joining or resuming a study draws its own random stream, or two
+    workers with the space's seed would propose the very same configs."""
     engines = list(space.engines)
     defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
     grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
@@ -251,5 +254,9 @@ def sampler_for(space: Space, *, worker_seed: bool = False) -> optuna.samplers.B
     seed = space.seed
     if worker_seed and seed is not None:
         seed += psutil.Process().pid
-    return make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
+    base = make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
                                                    space.budget.n_trials))
+    if not predictions:
+        return base
+    return PriorSampler(base, predictions, maximize=space.objective.direction == "maximize",
+                        seed=seed, engine_param=ENGINE_PARAM)
