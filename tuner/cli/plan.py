@@ -14,6 +14,7 @@ from tuner.configs.plan import PlannedConfig, PlanReport, build_plan_report
 from tuner.configs.rules import workload_facts
 from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
+from tuner.estimate import Estimate, get_estimator
 from tuner.space import Param, Scalar, load_space
 
 
@@ -94,6 +95,11 @@ def render(report: PlanReport, console: Console) -> None:
             why = ", ".join(f"{rid} ×{n}" for rid, n in ep.pruned_draws.most_common())
             console.print(f"  [dim]{sum(ep.pruned_draws.values())} of {ep.draws} random draws pruned: "
                           f"{why}[/]", highlight=False)
+        if ep.predicted_top:
+            console.print("  [bold]predicted best[/] [dim](a performance model's estimate, not a "
+                          "measurement)[/]", highlight=False)
+            for c in ep.predicted_top:
+                _render_config(c, console)
 
 
 def _render_config(c: PlannedConfig, console: Console) -> None:
@@ -108,6 +114,8 @@ def _render_config(c: PlannedConfig, console: Console) -> None:
                       f"[dim]({escape(v.source)})[/]", highlight=False)
     if c.error:
         console.print(f"    [red]cannot translate[/]: {escape(c.error)}", highlight=False)
+    if c.estimate is not None:
+        console.print("    " + _describe_estimate(c.estimate), highlight=False)
     if c.plan is None:
         return
     console.print("    " + escape(c.plan.command_line()), highlight=False, soft_wrap=True)
@@ -115,6 +123,16 @@ def _render_config(c: PlannedConfig, console: Console) -> None:
         console.print(f"    [dim]{c.plan.config_file_name}:[/]", highlight=False)
         for line in c.plan.config_file.rstrip("\n").splitlines():
             console.print("      " + escape(line), highlight=False, soft_wrap=True)
+
+
+def _describe_estimate(e: Estimate) -> str:
+    if e.predicted:
+        return (f"[cyan]predicted[/] {e.total_tok_s:,.0f} tok/s total, {e.output_tok_s:,.0f} output, "
+                f"TTFT {e.ttft_ms:,.0f} ms, TPOT {e.tpot_ms:,.1f} ms, batch {e.batch} "
+                f"[dim]({escape(e.source)})[/]")
+    why = e.unsupported or (e.notes[0] if e.notes else "no number")
+    label = "no prediction" if e.unsupported else "predicted not to fit"
+    return f"[yellow]{label}[/]: {escape(why)}"
 
 
 def register(app: typer.Typer) -> None:
@@ -128,8 +146,14 @@ def register(app: typer.Typer) -> None:
                                 "a100-sxm-80gb) instead of this machine."),
         samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sampled configs."),
+        estimate: bool = typer.Option(False, "--estimate", help="Predict every config shown with a "
+                                      "performance model (the space's prior: estimator, else "
+                                      "aiconfigurator; pip install 'tuner[estimate]'), and show the "
+                                      "predicted best configs per engine."),
     ) -> None:
         """Show the space, what is pruned on this hardware and why, and the exact launch commands."""
         console = Console(width=None if sys.stdout.isatty() else 160)
-        report = build_plan_report(load_space(space), resolve(gpu), n_samples=samples, seed=seed)
+        sp = load_space(space)
+        estimator = get_estimator(sp.prior.estimator if sp.prior else "aiconfigurator") if estimate else None
+        report = build_plan_report(sp, resolve(gpu), n_samples=samples, seed=seed, estimator=estimator)
         render(report, console)

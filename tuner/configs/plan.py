@@ -8,15 +8,17 @@ for its baselines and a few sampled configurations.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import optuna
 
+from tuner.configs.predict import objective_value, predict
 from tuner.configs.rules import PrunedRegion, check, launched_knobs, pruned_regions
 from tuner.configs.translate import LaunchPlan, UnsupportedValue, build_plan
 from tuner.engines.conditions import Verdict
 from tuner.engines.hardware import Hardware
 from tuner.engines.spec import load_engine
+from tuner.estimate import Estimate, Estimator
 from tuner.space import ENGINE_PARAM, Scalar, Space, baseline_params
 from tuner.space.suggest import sample_configs
 
@@ -33,6 +35,7 @@ class PlannedConfig:
     verdicts: tuple[Verdict, ...] = ()
     plan: LaunchPlan | None = None  # None when pruned or not translatable
     error: str | None = None
+    estimate: Estimate | None = None  # with --estimate; None for a pruned config (never launched)
 
     @property
     def pruned_by(self) -> Verdict | None:
@@ -46,6 +49,7 @@ class EnginePlan:
     configs: list[PlannedConfig]
     pruned_draws: Counter = field(default_factory=Counter)  # rule id → sampled configs it pruned
     draws: int = 0
+    predicted_top: list[PlannedConfig] = field(default_factory=list)  # with --estimate
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,52 @@ class PlanReport:
     engines: list[EnginePlan]
 
 
-def build_plan_report(space: Space, hardware: Hardware, n_samples: int = 3, seed: int = 0) -> PlanReport:
-    """Everything `tune plan` shows; pure apart from reading model configs that are on disk."""
+def build_plan_report(space: Space, hardware: Hardware, n_samples: int = 3, seed: int = 0,
+                      estimator: Estimator | None = None, top: int = 3,
+                      candidates: int = 256) -> PlanReport:
+    """Everything `tune plan` shows; pure apart from reading model configs that are on disk. With an
+    ``estimator``, every config shown gets its prediction, and each engine its ``top`` predicted
+    configs among ``candidates`` sampled ones."""
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" per engine
     try:
         engines = [_engine_plan(space, hardware, name, n_samples, seed) for name in space.engines]
+        if estimator is not None:
+            engines = [_with_estimates(space, hardware, ep, estimator, top, candidates, seed)
+                       for ep in engines]
     finally:
         optuna.logging.set_verbosity(verbosity)
     return PlanReport(space, hardware, pruned_regions(space, hardware), engines)
+
+
+def _with_estimates(space: Space, hardware: Hardware, ep: EnginePlan, estimator: Estimator,
+                    top: int, candidates: int, seed: int) -> EnginePlan:
+    fixed = space.engines[ep.engine].fixed
+
+    def estimated(c: PlannedConfig) -> PlannedConfig:
+        if c.pruned_by is not None or c.plan is None:
+            return c
+        return replace(c, estimate=predict(estimator, space, ep.engine, {**fixed, **c.knobs},
+                                           hardware))
+
+    ranked = []
+    metric = space.objective.metric
+    modelled = getattr(estimator, "modelled", None)
+    pinned = {k: p.default for k, p in space.engines[ep.engine].params.items()
+              if modelled is not None and k not in modelled and p.default is not None}
+    for _, knobs in sample_configs(space, ep.engine, candidates, seed + 1, fixed=pinned):
+        c = estimated(_planned(space, hardware, "predicted", ep.engine, knobs, ()))
+        value = None if c.estimate is None else objective_value(c.estimate, metric)
+        if value is not None:
+            ranked.append((value, c))
+    ranked.sort(key=lambda vc: vc[0], reverse=space.objective.direction == "maximize")
+    best: list[PlannedConfig] = []
+    for _, c in ranked:
+        if len(best) == top:
+            break
+        if all(b.knobs != c.knobs for b in best):
+            best.append(replace(c, label=f"predicted #{len(best) + 1}"))
+    return replace(ep, configs=[estimated(c) for c in ep.configs], predicted_top=best)
 
 
 def _engine_plan(space: Space, hardware: Hardware, engine: str, n_samples: int, seed: int) -> EnginePlan:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tuner.configs.checkpoint import checkpoint_for
 from tuner.engines.hardware import Hardware, profile_key
+from tuner.engines.model_config import shape_dir
 from tuner.engines.spec import load_engine
 from tuner.estimate import Estimate, EstimateRequest, Estimator
 from tuner.space import Scalar, Space, Workload
@@ -34,12 +36,23 @@ def request(space: Space, engine: str, knobs: Mapping[str, Scalar], hardware: Ha
     input_len, output_len = lengths(w)
     concurrency = w.max_concurrency or (w.num_prompts if math.isinf(w.request_rate) else None)
     quant = knobs.get("quantization")
-    checkpoint = (checkpoint_for(load_engine(engine), space.model, quant)
+    checkpoint = (_local(checkpoint_for(load_engine(engine), space.model, quant))
                   if quant not in (None, "none") else None)
-    return EstimateRequest(engine=engine, knobs=dict(knobs), model=space.model.resolved_path(),
+    # A knob at the engine's documented default runs as if it were not set: the model assumes the
+    # engine's defaults, and need not know knobs it does not model at their default.
+    params = space.engines[engine].params
+    knobs = {k: v for k, v in knobs.items() if not (k in params and params[k].default == v)}
+    return EstimateRequest(engine=engine, knobs=knobs, model=_local(space.model.resolved_path()),
                            checkpoint=checkpoint, input_len=input_len, output_len=output_len,
                            gpu=profile_key(hardware) or hardware.name, engine_version=engine_version,
                            max_concurrency=concurrency)
+
+
+def _local(model: str) -> str:
+    """The model as a folder with a config.json: itself, or the shipped shape of a hub id."""
+    if Path(model).is_dir():
+        return model
+    return shape_dir(model) or model
 
 
 def predict(estimator: Estimator, space: Space, engine: str, knobs: Mapping[str, Scalar],

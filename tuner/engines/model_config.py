@@ -11,6 +11,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from tuner.paths import ENGINES_DIR, cache_dir
+
 
 @lru_cache(maxsize=64)
 def read_model_config(path: str) -> dict[str, Any]:
@@ -38,3 +42,25 @@ def read_model_config(path: str) -> dict[str, Any]:
                 data["_modelopt"] = True
             return data
     return {}
+
+
+SHAPES_FILE = ENGINES_DIR / "models" / "shapes.yaml"
+
+
+def shape_dir(model: str) -> str | None:
+    """A local folder holding the known config.json shape of hub id ``model`` (written once under
+    the cache), for performance models that read a config.json; None when the shape is unknown.
+    The rules do not use it: they state facts about the checkpoint that will load, or nothing."""
+    shapes = yaml.safe_load(SHAPES_FILE.read_text())
+    shape = shapes.get(model)
+    if shape is None or model.startswith("_"):
+        return None
+    target = cache_dir() / "model-shapes" / model.replace("/", "--")
+    config = target / "config.json"
+    text = json.dumps(shape, indent=1, sort_keys=True)
+    if not config.is_file() or config.read_text() != text:
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = config.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(config)
+    return str(target)

@@ -130,6 +130,7 @@ class AIConfiguratorEstimator:
     """Estimates from AIC's measured kernel data only (its SILICON mode)."""
 
     name = "aiconfigurator"
+    modelled = MODELLED  # knobs it predicts the effect of; others only at neutral or default values
     database_mode = "SILICON"
 
     def __init__(self) -> None:

@@ -87,7 +87,11 @@ class Estimate:
 
 
 class Estimator(Protocol):
+    """``modelled``: the knobs whose effect it predicts. Callers hold the others at their documented
+    defaults, where a request leaves them out (the engine's default is what the model assumes)."""
+
     name: str
+    modelled: frozenset[str]
 
     def estimate(self, req: EstimateRequest) -> Estimate: ...
 

@@ -3,6 +3,8 @@ conditions hold), the grid of discrete values, and the params of a baseline arm.
 
 from __future__ import annotations
 
+import warnings
+
 import optuna
 
 from tuner.space.model import Baseline, Param, Scalar, Space
@@ -78,10 +80,22 @@ def baseline_params(space: Space, baseline: Baseline) -> tuple[dict[str, Scalar]
     return params, omitted
 
 
-def sample_configs(space: Space, engine: str, n: int, seed: int = 0) -> list[tuple[dict, dict]]:
+def sample_configs(space: Space, engine: str, n: int, seed: int = 0,
+                   fixed: dict[str, Scalar] | None = None) -> list[tuple[dict, dict]]:
     """``n`` random configs of one engine as the define-by-run suggestion draws them: (trial params,
-    knobs). For showing and predicting configs; nothing is launched."""
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    knobs), with the params in ``fixed`` held at those values. For showing and predicting configs;
+    nothing is launched."""
+    sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=seed)
+    if fixed:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.PartialFixedSampler(dict(fixed), sampler)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory"
+    try:
+        study = optuna.create_study(sampler=sampler)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
     out = []
     for _ in range(n):
         if len(space.engines) > 1:

@@ -80,7 +80,12 @@ def model_predictions(space: Space, *, seed: int = 0) -> Knowledge:
     seen: set[tuple] = set()
     source_name = ""
     for engine, choice in space.engines.items():
-        configs = sample_configs(space, engine, prior.candidates, seed)
+        # Knobs the model does not take stay at their documented defaults: the model can answer for
+        # those configs, and the search still explores the knobs through the base sampler.
+        modelled = getattr(estimator, "modelled", None)
+        pinned = {k: p.default for k, p in choice.params.items()
+                  if modelled is not None and k not in modelled and p.default is not None}
+        configs = sample_configs(space, engine, prior.candidates, seed, fixed=pinned)
         for params, knobs in configs:
             key = config_key(params)
             if key in seen:
@@ -172,7 +177,7 @@ def queue(study: optuna.Study, space: Space, knowledge: Knowledge, *, warm_top_k
     for source, preds in by_source.items():
         if source.startswith("model:"):
             k = space.prior.seeds if space.prior else 0
-            picked = seeds(preds, k, maximize=maximize)
+            picked = seeds([p for p in preds if p.key() not in queued], k, maximize=maximize)
             attrs = {schema.PREDICTED_BY: source}
         else:
             picked = sorted(preds, key=lambda p: p.value, reverse=maximize)[:warm_top_k]
