@@ -307,9 +307,11 @@ def render_command(d: Deployment) -> str:
     """The shell command: the host command as measured, or ``docker run`` of the image."""
     lines = []
     required = [n for n, req in d.secrets.items() if req]
-    if d.secrets:
-        lines.append("# reads " + ", ".join(d.secrets) + " from the environment"
-                     + ("" if required == list(d.secrets) else " (HF_TOKEN only for gated models)"))
+    optional = [n for n, req in d.secrets.items() if not req]
+    notes = ([f"needs {', '.join(required)} in the environment"] if required else []) + (
+        [f"{', '.join(optional)} from the environment for a gated model"] if optional else [])
+    if notes:
+        lines.append("# " + "; ".join(notes))
     if d.config_file is not None:
         lines += [f"cat > {d.config_file.name} <<'EOF'", d.config_file.text.rstrip("\n"), "EOF"]
     if d.image is None:
@@ -340,13 +342,19 @@ def render_command(d: Deployment) -> str:
 
 # ---- docker compose -----------------------------------------------------------------------------
 
+def _compose_ref(name: str, required: bool = True) -> str:
+    """A reference compose fills from the shell: a required one stops `docker compose up` with a
+    message when unset; an optional one (HF_TOKEN) becomes empty."""
+    return "${" + name + (f":?set {name} in the environment" if required else ":-") + "}"
+
+
 def _compose_literal(value: str) -> str:
-    """Compose interpolates ``$``: a literal dollar is ``$$``; a ``${NAME}`` reference stays."""
+    """Compose interpolates ``$``: a literal dollar is ``$$``; a ``${NAME}`` reference stays one."""
     if _REF.match(value):
-        return "${" + _REF.match(value).group(1) + "}"
+        return _compose_ref(_REF.match(value).group(1))
     flag, eq, rest = value.partition("=")
     if eq and _REF.match(rest):
-        return flag.replace("$", "$$") + "=${" + _REF.match(rest).group(1) + "}"
+        return flag.replace("$", "$$") + "=" + _compose_ref(_REF.match(rest).group(1))
     return value.replace("$", "$$")
 
 
@@ -367,7 +375,7 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
         "ports": [f"{d.host}:{d.port}:{d.port}"],
     }
     env = {k: _compose_literal(v) for k, v in sorted(d.env.items())}
-    env.update({k: "${" + k + "}" for k in d.secrets})
+    env.update({k: _compose_ref(k, required) for k, required in d.secrets.items()})
     if env:
         service["environment"] = env
     volumes = [f"huggingface:{HF_CACHE}"] if d.model_dir is None else [

@@ -4,6 +4,8 @@ exists, Kubernetes offline against the schemas of a pinned version; no secret va
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -150,8 +152,8 @@ def test_compose_service_from_a_container_trial(tmp_path, secrets_env):
     assert service["ports"] == ["0.0.0.0:8000:8000"]
     assert service["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}]
-    assert service["environment"]["HF_TOKEN"] == "${HF_TOKEN}"
-    assert service["environment"]["CLOUD_TOKEN"] == "${CLOUD_TOKEN}"
+    assert service["environment"]["HF_TOKEN"] == "${HF_TOKEN:?set HF_TOKEN in the environment}"
+    assert service["environment"]["CLOUD_TOKEN"] == "${CLOUD_TOKEN:?set CLOUD_TOKEN in the environment}"
     assert service["environment"]["VLLM_NO_USAGE_STATS"] == "1"
     assert service["shm_size"] == "16g" and "ipc" not in service  # the space's own choice wins
     assert service["ulimits"] == {"memlock": -1}
@@ -188,8 +190,14 @@ def test_docker_compose_config_accepts_the_file(tmp_path, make):
                     "file is not validated")
     path = tmp_path / "compose.yaml"
     path.write_text(text)
-    out = subprocess.run(["docker", "compose", "-f", str(path), "config", "--quiet"],
-                         capture_output=True, text=True)
+    config = ["docker", "compose", "-f", str(path), "config", "--quiet"]
+    refs = {"API_KEY", "HF_TOKEN", "CLOUD_TOKEN"} & set(re.findall(r"\$\{(\w+):\?", text))
+    if refs:  # a required secret that is unset stops compose with its name
+        out = subprocess.run(config, capture_output=True, text=True,
+                             env={k: v for k, v in os.environ.items() if k not in refs})
+        assert out.returncode != 0 and "in the environment" in out.stderr, out.stderr
+    out = subprocess.run(config, capture_output=True, text=True,
+                         env={**os.environ, **{name: "set-by-the-test" for name in refs}})
     assert out.returncode == 0, out.stderr
 
 
@@ -262,7 +270,7 @@ def test_no_secret_value_appears_in_any_output(tmp_path, secrets_env):
     for text in outputs:
         for value in SECRETS:
             assert value not in text
-    assert any("${API_KEY}" in t for t in outputs) and any("${HF_TOKEN}" in t for t in outputs)
+    assert any("${API_KEY}" in t for t in outputs) and any("${HF_TOKEN:" in t for t in outputs)
 
 
 def test_a_trial_that_launched_nothing_is_refused(tmp_path):
