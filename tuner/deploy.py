@@ -362,8 +362,8 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
     """The compose file as data, and the notes for its header."""
     image = _needs_image(d, "docker compose")
     options, other = _docker_options(d.docker_args)
-    notes = [f"docker compose up -d; the server answers on http://{d.host}:{d.port} once "
-             f"GET {d.health_path} is healthy."]
+    notes = [(f"docker compose up -d; the server answers on http://{d.host}:{d.port} once "
+              f"GET {d.health_path} is healthy.")]
     if d.secrets:
         notes.append("Passed from your shell by reference: " + ", ".join(d.secrets) + ".")
     if other:
@@ -434,8 +434,8 @@ def kubernetes_documents(d: Deployment) -> tuple[list[dict[str, Any]], list[str]
     options, other = _docker_options(d.docker_args)
     secret = f"{d.name}-secrets"
     labels = {"app.kubernetes.io/name": d.name, "app.kubernetes.io/managed-by": "tune-deploy"}
-    notes = [f"kubectl apply -f FILE; Service {d.name} answers on port {d.port} once the pod is "
-             f"ready (GET {d.health_path})."]
+    notes = [(f"kubectl apply -f FILE; Service {d.name} answers on port {d.port} once the pod "
+              f"is ready (GET {d.health_path}).")]
     if d.secrets:
         literals = " ".join(f'--from-literal={n}="${n}"' for n in d.secrets)
         notes.append(f"Secrets by reference: kubectl create secret generic {secret} {literals}")

@@ -96,7 +96,7 @@ def runtime_rows(runtime: str, gpus: bool) -> list[Row]:
                     f"install {runtime}, or remove `container:` from the space's engines to run "
                     "them from host commands")]
     try:
-        proc = subprocess.run([runtime, "info", "--format", "{{json .Runtimes}}"],
+        proc = subprocess.run([runtime, "info", "--format", "{{json .Runtimes}}"], check=False,
                               capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -172,7 +172,7 @@ def _package_versions(argv0: str, packages: list[str]) -> dict[str, str] | None:
             "    try: out[p] = m.version(p)\n    except m.PackageNotFoundError: pass\n"
             "print(json.dumps(out))")
     try:
-        proc = subprocess.run([python, "-c", code, *packages], capture_output=True, text=True,
+        proc = subprocess.run([python, "-c", code, *packages], check=False, capture_output=True, text=True,
                               timeout=_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):

@@ -9,7 +9,7 @@ import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -21,11 +21,11 @@ SHA = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 class _Handler(BaseHTTPRequestHandler):
-    ranges: list[str | None] = []
+    ranges: ClassVar[list[str | None]] = []
     cut_at: int | None = None     # send the full length but stop after this many bytes
     ignore_range = False
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         rng = self.headers.get("Range")
         type(self).ranges.append(rng)
         start = 0
