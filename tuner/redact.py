@@ -14,6 +14,11 @@ _ENV_REFERENCE = re.compile(r"^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$")
 MASK = "***"
 
 
+def is_secret_name(name: str) -> bool:
+    """Does an environment variable of this name hold a credential (its value is never written)?"""
+    return bool(_SECRET_ENV.search(name))
+
+
 def _mask(value: str) -> str:
     return value if _ENV_REFERENCE.match(value) else MASK
 

