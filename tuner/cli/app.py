@@ -19,16 +19,17 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from tuner import deploy as deploy_mod
 from tuner import study as study_mod
 from tuner.cli import bench as bench_command
-from tuner.cli import dashboard, evaluate, plan
+from tuner.cli import dashboard, evaluate, ops, plan
 from tuner.cli import report as report_command
 from tuner.cli.common import App, console, err, fail
 from tuner.cli.common import url as _url
 from tuner.errors import HarnessError, InputError
 from tuner.record import results, schema
 from tuner.record.storage import default_url, load_optuna_study, study_names
-from tuner.space import load_space
+from tuner.space import load_space, overridden
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progress, not Optuna's log
 app = App(add_completion=False, no_args_is_help=True,
@@ -160,12 +161,17 @@ def start(
     backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one; 'auto' to attach)."),
     max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
+    engine_image: list[str] = typer.Option([], "--engine-image", help="ENGINE=IMAGE: run that engine "
+                                           "from this image (repeatable)."),
+    engine_command: list[str] = typer.Option([], "--engine-command", help="ENGINE=PATH: run that engine "
+                                             "from this host binary instead of its image (repeatable)."),
     warm_start: Optional[str] = typer.Option(None, "--warm-start", help="Earlier studies to learn from "
                                              "(comma-separated names; NAME@URL for another storage): their "
                                              "best configs run first and their measurements steer the search."),
 ) -> None:
     """Start a new study on SPACE and run it."""
-    sp = load_space(space)
+    sp = overridden(load_space(space), engine_image, engine_command)
+    ops.preflight(sp)
     name = study or _resolve_study_name(sp.name, storage)
     url = _url(storage, name)
     handle = study_mod.create(sp, name, url, join=study is not None,
@@ -282,7 +288,7 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
                   f"[bold green]{best.median:,.2f}[/]{spread}", highlight=False)
     console.print("config: " + ", ".join(f"{k}={v}" for k, v in best.params.items()), highlight=False)
     console.print("serve command:", highlight=False)
-    console.print(f"  {ua.get('command')}", highlight=False, soft_wrap=True)
+    console.print(f"  {_serve_command(best.first, handle)}", highlight=False, soft_wrap=True)
     console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
                   f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
                   highlight=False)
@@ -304,6 +310,15 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
         console.print("prior: " + "; ".join(_describe_source(s) for s in prior["sources"]),
                       highlight=False)
     return True
+
+
+def _serve_command(trial, handle: study_mod.StudyHandle) -> str:  # noqa: ANN001 - FrozenTrial
+    """What a user runs: the engine's own port, the tuner's loopback and trial port left out
+    (`tune deploy` writes compose and Kubernetes files); the trial's raw argv if that fails."""
+    try:
+        return deploy_mod.render_command(deploy_mod.deployment_from_trial(trial, handle.space)).strip()
+    except InputError:
+        return str(trial.user_attrs.get(schema.COMMAND))
 
 
 def _describe_source(source: dict) -> str:
@@ -395,6 +410,6 @@ def model_tiny(
     console.print(f"model written to {out}")
 
 
-for _module in (bench_command, plan, dashboard, evaluate, report_command):
+for _module in (bench_command, plan, dashboard, evaluate, report_command, ops):
     _module.register(app)
 

@@ -2,7 +2,7 @@
 turned into Optuna suggestions (``suggest``). The first stage of the pipeline: everything downstream
 reads a ``Space``."""
 
-from tuner.space.load import available_spaces, load_space, space_from_dict
+from tuner.space.load import available_spaces, load_space, overridden, space_from_dict
 from tuner.space.model import (
                                Baseline,
                                Budget,
@@ -22,4 +22,4 @@ from tuner.space.suggest import ENGINE_PARAM, baseline_params, grid_values, sugg
 
 __all__ = ["ENGINE_PARAM", "Baseline", "Budget", "Container", "EngineChoice", "Fidelity", "MaxLoad",
            "Model", "Objective", "Param", "Prior", "Scalar", "Space", "Target", "Workload", "available_spaces",
-           "baseline_params", "grid_values", "load_space", "space_from_dict", "suggest"]
+           "baseline_params", "grid_values", "load_space", "overridden", "space_from_dict", "suggest"]

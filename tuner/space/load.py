@@ -7,7 +7,8 @@ from typing import Any
 
 from tuner.errors import InputError
 from tuner.paths import SPACES_DIR, user_spaces_dir
-from tuner.space.model import Space
+from tuner.engines.spec import load_engine
+from tuner.space.model import Container, Space
 from tuner.yaml_io import load_model, parse_model
 
 
@@ -36,3 +37,28 @@ def load_space(name_or_path: str) -> Space:
 
 def space_from_dict(data: dict[str, Any], source: str = "stored space") -> Space:
     return parse_model(Space, data, source)
+
+
+def overridden(space: Space, images: list[str], commands: list[str]) -> Space:
+    """The space with engines moved to another image (``ENGINE=IMAGE``) or to a host binary
+    (``ENGINE=PATH``, which drops the container): the command line's one-line change of version."""
+    engines = dict(space.engines)
+    for flag, items in (("--engine-image", images), ("--engine-command", commands)):
+        for item in items:
+            engine, sep, value = item.partition("=")
+            if not sep or not value:
+                raise InputError(f"{flag} {item!r}: expected ENGINE=VALUE")
+            if engine not in engines:
+                raise InputError(f"{flag} {item!r}: the space has no engine {engine!r}; its engines: "
+                                 f"{', '.join(engines)}")
+            choice = engines[engine]
+            if flag == "--engine-image":
+                container = (choice.container.model_copy(update={"image": value})
+                             if choice.container else Container(image=value))
+                engines[engine] = choice.model_copy(update={"container": container})
+            else:
+                engines[engine] = choice.model_copy(update={"container": None,
+                                                            "command": [value, *(choice.command or load_engine(engine).command)[1:]]})
+    return space_from_dict({**space.model_dump(mode="json"),
+                            "engines": {k: v.model_dump(mode="json") for k, v in engines.items()}},
+                           "the space with --engine-image/--engine-command")
