@@ -16,7 +16,7 @@ from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.configs import rules
-from tuner.engines.hardware import detect
+from tuner.engines.hardware import Hardware, detect
 from tuner.errors import HarnessError
 from tuner.fingerprint import environment, model_revision
 from tuner.record import schema
@@ -61,14 +61,17 @@ class NoLaunch:
 
 
 class TrialRecorder:
-    def __init__(self, study: optuna.Study, space: Space, url: str, *, artifacts: bool = True):
-        """``artifacts``: upload each trial's log and result files (off for replayed trials)."""
+    def __init__(self, study: optuna.Study, space: Space, url: str, *, artifacts: bool = True,
+                 hardware: Hardware | None = None):
+        """``artifacts``: upload each trial's log and result files (off for replayed trials);
+        ``hardware``: what the rules judge configs for (default: this machine; a replay of another
+        GPU passes its profile)."""
         self.artifacts = artifacts
         self.study = study
         self.space = space
         self.url = url
         self.env = environment()
-        self.hardware = detect()
+        self.hardware = hardware or detect()
         self.model_rev = model_revision(space.model.resolved_path())
 
     def claim(self, trial: optuna.Trial, engine: str) -> None:
