@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tuner.engines.spec import load_engine
 from tuner.errors import InputError
 from tuner.paths import SPACES_DIR, user_spaces_dir
-from tuner.engines.spec import load_engine
 from tuner.space.model import Container, Space
 from tuner.yaml_io import load_model, parse_model
 

@@ -3,8 +3,9 @@ conditions hold), the grid of discrete values, and the params of a baseline arm.
 
 from __future__ import annotations
 
-import warnings
+import math
 
+import numpy as np
 import optuna
 
 from tuner.space.model import Baseline, Param, Scalar, Space
@@ -84,24 +85,30 @@ def sample_configs(space: Space, engine: str, n: int, seed: int = 0,
                    fixed: dict[str, Scalar] | None = None) -> list[tuple[dict, dict]]:
     """``n`` random configs of one engine as the define-by-run suggestion draws them: (trial params,
     knobs), with the params in ``fixed`` held at those values. For showing and predicting configs;
-    nothing is launched."""
-    sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=seed)
-    if fixed:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.PartialFixedSampler(dict(fixed), sampler)
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created in memory"
-    try:
-        study = optuna.create_study(sampler=sampler)
-    finally:
-        optuna.logging.set_verbosity(verbosity)
+    nothing is launched, and no study is made."""
+    rng = np.random.default_rng(seed)
+    params = space.engines[engine].params
     out = []
     for _ in range(n):
-        if len(space.engines) > 1:
-            study.enqueue_trial({ENGINE_PARAM: engine})
-        trial = study.ask()
+        drawn: dict[str, Scalar] = {ENGINE_PARAM: engine}
+        drawn.update({name: _draw(p, rng) for name, p in params.items()})
+        drawn.update(fixed or {})
+        trial = optuna.trial.FixedTrial(drawn)
         _, knobs = suggest(trial, space)
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         out.append((dict(trial.params), knobs))
     return out
+
+
+def _draw(p: Param, rng: np.random.Generator) -> Scalar:
+    """One value of a param, uniform over its choices or range (log-uniform with ``log``)."""
+    if p.type == "bool":
+        return bool(rng.integers(2))
+    if p.type == "categorical":
+        return p.choices[int(rng.integers(len(p.choices)))]
+    low, high = float(p.low), float(p.high)
+    x = math.exp(rng.uniform(math.log(low), math.log(high))) if p.log else rng.uniform(low, high)
+    if p.step:
+        x = low + round((x - low) / p.step) * p.step
+    if p.type == "int":
+        return int(min(max(round(x), p.low), p.high))
+    return round(min(max(x, low), high), 10)

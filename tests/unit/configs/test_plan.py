@@ -33,10 +33,13 @@ def test_a100_plan_prunes_trtllm_fp8_and_awq_with_rule_ids(cli):
         assert line in out
     assert "FP8 block-scale GEMM exists only for SM 89/90/100/103/120" in out
     # a valid command line for each of the three engines
-    assert "\n    vllm serve Qwen/Qwen3-14B --host 127.0.0.1 --port 8000" in out
-    assert "\n    python3 -m sglang.launch_server --model-path Qwen/Qwen3-14B" in out
-    assert "\n    trtllm-serve serve Qwen/Qwen3-14B --host 127.0.0.1 --port 8000 --max_seq_len 40960 " \
-           "--extra_llm_api_options trtllm-config.yaml" in out
+    assert ("--entrypoint vllm vllm/vllm-openai:v0.11.0 serve Qwen/Qwen3-14B --host 0.0.0.0 "
+            "--port 8000") in out
+    assert ("--entrypoint python3 lmsysorg/sglang:v0.5.5.post1 -m sglang.launch_server "
+            "--model-path Qwen/Qwen3-14B") in out
+    assert ("--entrypoint trtllm-serve nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc1 serve "
+            "Qwen/Qwen3-14B --host 0.0.0.0 --port 8000 --max_seq_len 40960 "
+            "--extra_llm_api_options trtllm-config.yaml") in out
     assert "enable_chunked_prefill: true" in out
     assert "NVIDIA A100-SXM4-80GB (SM 8.0, 80 GiB)" in out
 
@@ -61,8 +64,11 @@ def test_report_regions_and_configs(a100_report):
 def test_baselines_launch_with_engine_defaults(a100_report):
     vllm = next(e for e in a100_report.engines if e.engine == "vllm").configs[0]
     assert vllm.label == "baseline vllm-defaults" and vllm.knobs == {}
-    assert vllm.plan.argv == ["vllm", "serve", "Qwen/Qwen3-14B", "--host", "127.0.0.1", "--port",
-                              "8000", "--served-model-name", "Qwen3-14B"]
+    # the engine's own command line inside its pinned image: no knob flags
+    image_at = vllm.plan.argv.index("vllm/vllm-openai:v0.11.0")
+    assert vllm.plan.argv[image_at - 2:image_at] == ["--entrypoint", "vllm"]
+    assert vllm.plan.argv[image_at + 1:] == ["serve", "Qwen/Qwen3-14B", "--host", "0.0.0.0", "--port",
+                                             "8000", "--served-model-name", "Qwen3-14B"]
     sglang = next(e for e in a100_report.engines if e.engine == "sglang").configs[0]
     assert sglang.label == "engine defaults" and "--chunked-prefill-size" not in sglang.plan.argv
     trt = next(e for e in a100_report.engines if e.engine == "trtllm").configs[0]
@@ -92,8 +98,9 @@ def test_notes_are_shown_and_commands_are_copyable(cli):
     out = cli("plan", "--space", "a100-throughput", "--gpu", "a100-sxm-80gb", "--samples", "8").output
     assert "vllm-fp8-weight-only" in out or "sglang-fp8-marlin" in out
     for line in out.splitlines():
-        if line.startswith("    vllm serve "):
-            assert shlex.split(line)[0:2] == ["vllm", "serve"]
+        if line.startswith("    docker run "):
+            argv = shlex.split(line)  # copyable: the shell splits it back into the argv
+            assert argv[:2] == ["docker", "run"] and "--entrypoint" in argv
 
 
 def test_cpu_plan_on_this_machine(cli):

@@ -41,4 +41,5 @@ def test_the_cli_shows_predictions_and_serve_commands():
     for engine in ("vllm", "sglang", "trtllm"):
         assert f"a100_sxm/{engine}" in out.output
     assert out.output.count("predicted #1") == 3
-    assert "vllm serve Qwen/Qwen3-14B" in out.output and "trtllm-serve serve" in out.output
+    assert "vllm/vllm-openai:v0.11.0 serve Qwen/Qwen3-14B" in out.output
+    assert "--entrypoint trtllm-serve" in out.output

@@ -26,6 +26,7 @@ pytest.importorskip("aiconfigurator_core", reason="the estimate extra (aiconfigu
 def _a100_space(**over):
     data = yaml.safe_load((SPACES_DIR / "a100-throughput.yaml").read_text())
     for choice in data["engines"].values():
+        choice.pop("container")
         choice["command"] = [sys.executable]  # nothing is launched here
     data.update(over)
     return space_from_dict(data)
