@@ -22,7 +22,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH="/tmp/site:$PWD"
 export TUNER_CACHE=/tmp/tcache TUNER_STUDIES_DIR="$OUT/studies" PYTHONUNBUFFERED=1
-TUNE=(python3 -m tuner.cli)
+TUNE=(python3 -m tuner)
 stamp "wheels installed"
 LOGS="$OUT/studies/logs"; mkdir -p "$LOGS"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv

@@ -514,3 +514,15 @@ def kubernetes_documents(d: Deployment) -> tuple[list[dict[str, Any]], list[str]
 def render_kubernetes(d: Deployment) -> str:
     documents, notes = kubernetes_documents(d)
     return _header(d, notes) + _dump(documents)
+
+
+def serve_command(trial: FrozenTrial, space: Space | None) -> str | None:
+    """What `tune best` and the reports print: the command a user runs (the engine's own port, the
+    tuner's loopback binding and trial port left out), or the trial's own command line where it
+    cannot be made (no space stored, a trial that launched nothing)."""
+    if space is not None:
+        try:
+            return render_command(deployment_from_trial(trial, space)).strip()
+        except InputError:
+            pass
+    return trial.user_attrs.get(schema.COMMAND)

@@ -288,7 +288,8 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
                   f"[bold green]{best.median:,.2f}[/]{spread}", highlight=False)
     console.print("config: " + ", ".join(f"{k}={v}" for k, v in best.params.items()), highlight=False)
     console.print("serve command:", highlight=False)
-    console.print(f"  {_serve_command(best.first, handle)}", highlight=False, soft_wrap=True)
+    console.print(f"  {deploy_mod.serve_command(best.first, handle.space)}", highlight=False,
+                  soft_wrap=True)
     console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
                   f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
                   highlight=False)
@@ -310,15 +311,6 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
         console.print("prior: " + "; ".join(_describe_source(s) for s in prior["sources"]),
                       highlight=False)
     return True
-
-
-def _serve_command(trial, handle: study_mod.StudyHandle) -> str:  # noqa: ANN001 - FrozenTrial
-    """What a user runs: the engine's own port, the tuner's loopback and trial port left out
-    (`tune deploy` writes compose and Kubernetes files); the trial's raw argv if that fails."""
-    try:
-        return deploy_mod.render_command(deploy_mod.deployment_from_trial(trial, handle.space)).strip()
-    except InputError:
-        return str(trial.user_attrs.get(schema.COMMAND))
 
 
 def _describe_source(source: dict) -> str:

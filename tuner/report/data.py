@@ -15,9 +15,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
+from tuner.deploy import serve_command
+from tuner.errors import InputError
 from tuner.record import results, schema
 from tuner.record.results import ConfigStats
 from tuner.report.stats import Change, change
+from tuner.space import Space, space_from_dict
 from tuner.trial.telemetry import derived
 
 # (metric, label, higher is better): the columns of the motivating study's per-workload table.
@@ -303,6 +306,13 @@ def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats
     return _Comparison(_search_rows(study, best, base), source, best.first.number, base.arm)
 
 
+def _stored_space(study: optuna.Study) -> Space | None:
+    try:
+        return space_from_dict(study.user_attrs[schema.SPACE])
+    except (KeyError, InputError):
+        return None  # a study not made by tune, or by a version whose space no longer loads
+
+
 def build(study: optuna.Study) -> ReportData:
     """Every table of the report, from the study alone."""
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
@@ -333,7 +343,7 @@ def build(study: optuna.Study) -> ReportData:
         counts=counts,
         best=trial_row(winner) if winner else None,
         best_runs=group.values if winner else [],
-        best_command=winner.user_attrs.get(schema.COMMAND) if winner else None,
+        best_command=serve_command(winner, _stored_space(study)) if winner else None,
         contender=cmp.contender,
         baseline_arm=cmp.baseline_arm,
         comparison_source=cmp.source,

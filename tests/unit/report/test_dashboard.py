@@ -21,7 +21,7 @@ from tuner.runtime.procgroup import free_port, kill_group
 
 # The command as a program of its own, so this test does not depend on how cli.py wires it.
 DASHBOARD = [sys.executable, "-c",
-             "import typer; from tuner.dashboard import dashboard; typer.run(dashboard)"]
+             "import typer; from tuner.cli.dashboard import dashboard; typer.run(dashboard)"]
 
 
 def _wait_for_api(base: str, proc: subprocess.Popen, timeout: float = 60) -> None:
