@@ -78,7 +78,7 @@ def gpu_rows(needed: bool) -> list[Row]:
     gpus = fingerprint.gpus()
     if not gpus:
         if not needed:
-            return [Row("gpu", "ok", "no NVIDIA GPU; not needed: every engine of the space runs on CPU")]
+            return [Row("gpu", "ok", "no NVIDIA GPU; none of the space's engines is known to need one")]
         return [Row("gpu", "fail", "no NVIDIA GPU (NVML found no driver or no device)",
                     "install the NVIDIA driver (nvidia-smi must list the GPUs), or run a CPU space "
                     "such as cpu-smoke")]
@@ -130,8 +130,9 @@ class _EngineProbe:
 
 
 def _probe_engine(name: str, choice: EngineChoice) -> _EngineProbe:
-    """Is the engine's image or command here, and which version? A host command whose venv holds a
-    CPU build of torch (``+cpu``) runs without a GPU; anything else is assumed to need one."""
+    """Is the engine's image or command here, and which version? A host command needs a GPU when
+    its interpreter holds a CUDA build of torch; one whose packages cannot be read (a wrapper
+    script, another runtime) is not failed for it: the launch will tell."""
     spec = load_engine(name)
     if choice.container is not None:
         c = choice.container
@@ -147,18 +148,19 @@ def _probe_engine(name: str, choice: EngineChoice) -> _EngineProbe:
     try:
         check_command(argv0)
     except InputError as exc:
-        return _EngineProbe(Row(f"engine {name}", "fail", f"command {argv0}", str(exc)), True)
+        return _EngineProbe(Row(f"engine {name}", "fail", f"command {argv0}", str(exc)), False)
     versions = _package_versions(argv0, [p for p in (spec.package, "torch") if p])
     where = shutil.which(argv0) or argv0
+    torch = (versions or {}).get("torch")
+    needs_gpu = torch is not None and not torch.endswith("+cpu")
     if versions is not None and spec.package and spec.package not in versions:
-        return _EngineProbe(Row(f"engine {name}", "fail", f"{where} has no {spec.package} package",
-                                f"install {spec.package} in that environment, or set `command:` "
-                                "for this engine to the binary in the engine's venv"), True)
-    versions = versions or {}
-    version = versions.get(spec.package or "", "unknown")
-    torch = versions.get("torch")
+        return _EngineProbe(Row(f"engine {name}", "warn", f"{where}: its interpreter has no "
+                                f"{spec.package} package (a wrapper or another runtime?)",
+                                f"if it should run {spec.package}, install it there or set `command:` "
+                                "to the binary in the engine's venv"), needs_gpu)
+    version = (versions or {}).get(spec.package or "", "unknown")
     detail = f"{where}, {spec.package or name} {version}" + (f", torch {torch}" if torch else "")
-    return _EngineProbe(Row(f"engine {name}", "ok", detail), not (torch or "").endswith("+cpu"))
+    return _EngineProbe(Row(f"engine {name}", "ok", detail), needs_gpu)
 
 
 def _package_versions(argv0: str, packages: list[str]) -> dict[str, str] | None:

@@ -15,7 +15,7 @@ told to Optuna the same way, and cost no budget.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
@@ -62,6 +62,9 @@ class _State:
     harness_errors: int = 0
     unlaunched_in_a_row: int = 0
     stop: str | None = None  # why no new trial starts (running ones still finish)
+    # Proposals of a config that is running right now (several trials at once): answered with its
+    # measurement when it ends, instead of launching it twice.
+    held: list[tuple[optuna.Trial, TrialTask]] = field(default_factory=list)
 
 
 def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: int | None = None,
@@ -112,16 +115,17 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                 trial, _ = in_flight.pop(ended.key)
                 frozen = _finish(study, recorder, trial, ended)
                 reporter.trial_finished(frozen)
+                _release_held(study, executor, recorder, reporter, state, in_flight, frozen)
                 state.harness_errors = state.harness_errors + 1 if frozen.state == TrialState.FAIL else 0
                 if state.harness_errors >= MAX_HARNESS_ERRORS:
                     raise HarnessError(
                         f"{MAX_HARNESS_ERRORS} trials in a row failed in the tuner itself; last: "
-                        f"{frozen.user_schema.get(schema.HARNESS_ERROR, 'see the trial logs')}")
+                        f"{frozen.user_attrs.get(schema.HARNESS_ERROR, 'see the trial logs')}")
         except (KeyboardInterrupt, InputError) as exc:
             # Nothing may stay RUNNING: the trials that were out are FAIL, and `tune resume`
             # re-queues the interrupted ones.
             executor.cancel(list(in_flight))
-            for trial, _ in in_flight.values():
+            for trial, _ in [*in_flight.values(), *state.held]:
                 if isinstance(exc, KeyboardInterrupt):
                     trial.set_user_attr(schema.INTERRUPTED, True)
                 _tell(study, trial, TrialState.FAIL)
@@ -144,9 +148,32 @@ def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder,
         reporter.trial_finished(frozen)
         state.unlaunched_in_a_row += 1
         return
+    if not recorder.queued(trial) and any(t.params == trial.params for t, _ in in_flight.values()):
+        state.held.append((trial, task))
+        state.unlaunched_in_a_row += 1
+        return
     state.unlaunched_in_a_row = 0
+    _submit(executor, recorder, reporter, in_flight, trial, task)
+
+
+def _submit(executor: Executor, recorder: TrialRecorder, reporter: Reporter, in_flight: dict,
+            trial: optuna.Trial, task: TrialTask) -> None:
     hooks = Hooks(on_phase=reporter.phase, on_started=lambda server: recorder.engine_started(trial, server))
     in_flight[executor.submit(task, hooks)] = (trial, task)
+
+
+def _release_held(study: optuna.Study, executor: Executor, recorder: TrialRecorder,
+                  reporter: Reporter, state: _State, in_flight: dict, ended: FrozenTrial) -> None:
+    """The trials held for ``ended``'s config repeat its measurement; if it measured nothing (the
+    tuner failed), the first of them launches instead."""
+    twins = [(t, task) for t, task in state.held if t.params == ended.params]
+    state.held = [h for h in state.held if h not in twins]
+    for trial, task in twins:
+        answer = recorder.reuse(trial, task.engine)
+        if answer is None:
+            _submit(executor, recorder, reporter, in_flight, trial, task)
+            continue
+        reporter.trial_finished(_tell(study, trial, answer.state, answer.values))
 
 
 def _finish(study: optuna.Study, recorder: TrialRecorder, trial: optuna.Trial,

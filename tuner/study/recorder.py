@@ -131,8 +131,8 @@ class TrialRecorder:
         that measure noise are `tune confirm`'s: queued trials (baselines, repeats, retries, warm
         starts) always launch. None: the config is new, launch it.
         """
-        if self.study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params"):
-            return None  # Optuna's mark of an enqueued trial
+        if self.queued(trial):
+            return None
         earlier = self._measured(trial.params, engine)
         if earlier is None:
             return None
@@ -148,6 +148,10 @@ class TrialRecorder:
             return NoLaunch(TrialState.PRUNED)
         return NoLaunch(TrialState.COMPLETE, earlier.values if self.space.objective.multi
                         else earlier.value)
+
+    def queued(self, trial: optuna.Trial) -> bool:
+        """Was the trial enqueued (a baseline, a repeat, a retry, a seed)? Those always launch."""
+        return bool(self.study._storage.get_trial_system_attrs(trial._trial_id).get("fixed_params"))
 
     def _measured(self, params: dict, engine: str) -> FrozenTrial | None:
         """The latest finished launch of this searched config: served, refused or screened out."""

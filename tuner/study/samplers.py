@@ -82,7 +82,12 @@ class _GridSampler(optuna.samplers.GridSampler):
         pass
 
     def done(self, study: optuna.Study) -> bool:
-        return self.is_exhausted(study)
+        """Every grid point has started (Optuna's ``is_exhausted`` waits for running ones to
+        finish, and meanwhile proposes them again to a driver that runs several at once)."""
+        started = {t.system_attrs["grid_id"] for t in study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING))
+            if "grid_id" in t.system_attrs}
+        return len(started) >= len(self._all_grids)
 
 
 @SAMPLERS.register("grid")

@@ -5,6 +5,7 @@ nothing new left to launch, and the stop rules. The engine path is covered by te
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from optuna.trial import TrialState
 from tests.helpers import GRID_FIXED, GRID_PARAMS
 from tuner import study as study_mod
 from tuner.engines.failures import Failure
+from tuner.errors import HarnessError
 from tuner.record import results, schema
 from tuner.record.storage import default_url
 from tuner.space import space_from_dict
@@ -57,11 +59,12 @@ class TableExecutor:
     """An executor whose trials answer from THROUGHPUT (a value, or a refusal) instead of launching;
     records every launch."""
 
-    slots = 1
-
-    def __init__(self, screen_of=None):
+    def __init__(self, screen_of=None, *, slots: int = 1, broken: bool = False, seconds: float = 0.0):
+        """``slots`` > 1 runs several trials at once, as the Ray executor does; ``broken``: every
+        trial fails in the tuner itself; ``seconds``: each trial takes this long."""
         self.launched: list[tuple] = []
         self.screen_of = screen_of or {}
+        self.slots, self.broken, self.seconds = slots, broken, seconds
         self._pending: list = []
 
     def submit(self, task, hooks):
@@ -70,6 +73,9 @@ class TableExecutor:
 
     def wait(self) -> Finished:
         task = self._pending.pop(0)
+        time.sleep(self.seconds)
+        if self.broken:
+            return Finished(task.number, error=HarnessError("the benchmark client crashed"))
         gate = task.gate if task.screen_threshold is not None else None
         return Finished(task.number, self.answer(task.space, task.engine, task.knobs, task.trial_dir,
                                                   workloads=task.workloads, gate=gate))
@@ -222,3 +228,48 @@ def test_a_refused_launch_sets_each_constraint_once(studies, fake):
     for t in refused:
         assert t.constraints == {"engine_start": 1.0, "slo:p99_ttft_ms": 1.0}
     assert not [w for w in caught if "already set" in str(w.message)]
+
+
+# ---- the stop rules hold for every executor: one at a time (local) or several at once (Ray) ------
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_the_budget_counts_launches_with_any_concurrency(studies, slots):
+    fake = TableExecutor(slots=slots)
+    handle, _ = _run(_space(budget={"n_trials": 5}), f"budget{slots}", fake)
+    assert study_mod.finished_count(handle.study) == len(fake.launched) == 5
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_the_timeout_stops_new_trials(studies, slots):
+    fake = TableExecutor(slots=slots, seconds=0.4)
+    handle, _ = _run(_space(budget={"n_trials": 6, "timeout_s": 0.5}), f"timeout{slots}", fake)
+    assert 1 <= len(fake.launched) <= slots + 1 < 6
+    assert not handle.study.get_trials(states=(TrialState.RUNNING,))
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_three_harness_errors_in_a_row_stop_the_study(studies, slots):
+    fake = TableExecutor(slots=slots, broken=True)
+    with pytest.raises(HarnessError, match="3 trials in a row failed in the tuner itself; last: the "
+                                           "benchmark client crashed"):
+        _run(_space(budget={"n_trials": 6}), f"broken{slots}", fake)
+    failed = [t for t in optuna.load_study(study_name=f"broken{slots}", storage=default_url(
+        f"broken{slots}")).trials if t.state == TrialState.FAIL]
+    assert len(failed) >= 3 and all(t.user_attrs[schema.HARNESS_ERROR] for t in failed)
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+@pytest.mark.parametrize("sampler", ["greedy", "grid"])
+def test_a_sampler_with_nothing_left_stops_the_study(studies, slots, sampler):
+    fake = TableExecutor(slots=slots)
+    handle, notes = _run(_space(sampler=sampler, budget={"n_trials": 40}), f"{sampler}{slots}", fake)
+    assert study_mod.SAMPLER_DONE in notes.notes
+    assert len(fake.launched) < 40
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_a_space_with_nothing_new_stops_with_any_concurrency(studies, slots):
+    fake = TableExecutor(slots=slots)
+    handle, notes = _run(_space(budget={"n_trials": 20}), f"exhausted{slots}", fake)
+    assert notes.notes == [study_mod.EXHAUSTED]
+    assert len(fake.launched) == len(set(THROUGHPUT) - RULED_OUT)
