@@ -2,8 +2,9 @@
 
 Why not httpx or aiohttp: a streaming benchmark client spends its CPU per received chunk, and both
 libraries pass every network read through several layers and then wake a coroutine to hand it
-over. Here the bytes go from ``data_received`` straight into the caller's handler, synchronously,
-and a coroutine wakes once per response. Measured in docs/benchmark-client.md (client capacity).
+over. Here the bytes go from ``data_received`` through llhttp (Node's HTTP parser, in C, through
+``httptools`` as uvicorn uses it) straight into the caller's handler, synchronously, and a
+coroutine wakes once per response. Measured in docs/benchmark-client.md (client capacity).
 
 Scope is what a benchmark needs: one request at a time per keep-alive connection, ``Content-Length``,
 chunked and read-until-close bodies, gzip/deflate bodies, TLS. No proxies, redirects or cookies.
@@ -18,6 +19,8 @@ import ssl
 import zlib
 from typing import Protocol
 from urllib.parse import urlsplit
+
+import httptools
 
 _MAX_HEAD = 64 * 1024
 
@@ -143,24 +146,34 @@ class _StaleConnection(Exception):
     pass
 
 
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
-
-
 class _Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection; parses the response incrementally as reads arrive."""
+    """One HTTP/1.1 connection; llhttp parses each read as it arrives, in C.
+
+    llhttp calls back once per chunk with its data. ``on_body`` is the body list's own ``append``
+    (a C call, no Python frame per chunk), and the pieces of one read reach the handler joined, in
+    one call once the read is parsed: a read holding many small chunks costs one pass through the
+    SSE parser, not one per chunk. One parser serves the connection's successive responses.
+    """
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self.open = False
         self.reusable = False
+        self.exchanges = 0
         self._handler: ResponseHandler | None = None
         self._done: asyncio.Future[None] | None = None
-        self._state = _DONE
-        self._buf = bytearray()
-        self._remaining = 0
         self._received = False
-        self.exchanges = 0
+        self._first_bytes = b""
+        self._head_bytes = 0
+        self._body: list[bytes] = []
+        self.on_body = self._body.append
+        self._reason = ""
+        self._headers: dict[str, str] = {}
+        self._head_done = False
+        self._interim = False
+        self._until_close = False
         self._decompress: zlib._Decompress | None = None  # type: ignore[name-defined]
+        self._parser = httptools.HttpResponseParser(self)  # looks its callbacks up once, here
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -169,40 +182,98 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
-        if self._done is None or self._done.done():
+        done = self._done
+        if done is None or done.done():
             return
-        if self._state == _UNTIL_CLOSE:
-            self._finish()
+        if self._head_done and self._until_close:  # the end of the body is the end of the stream
+            try:
+                self._finish()
+            except Exception as error:  # e.g. a truncated gzip stream
+                done.set_exception(error)
         elif not self._received:
-            self._done.set_exception(_StaleConnection())
+            done.set_exception(_StaleConnection())
         else:
             reason = f": {exc}" if exc else ""
-            self._done.set_exception(RemoteProtocolError(
+            done.set_exception(RemoteProtocolError(
                 f"server closed the connection mid-response{reason}"))
 
     def data_received(self, data: bytes) -> None:
-        if self._done is None or self._done.done():
+        done = self._done
+        if done is None or done.done():
             return  # bytes after a finished response on a connection we will not reuse
-        self._received = True
+        if not self._received:
+            self._received, self._first_bytes = True, data[:80]
         try:
-            self._feed(data)
+            self._parser.feed_data(data)
+            if self._body:
+                self._deliver()
+            if not self._head_done:
+                self._head_bytes += len(data)
+                if self._head_bytes > _MAX_HEAD:
+                    raise RemoteProtocolError("response head larger than 64 KiB")
         except Exception as exc:
             self.reusable = False
             self.close()
-            if not self._done.done():
-                self._done.set_exception(exc)
+            if not done.done():
+                done.set_exception(self._failure(exc))
 
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost settles the response
+
+    # llhttp callbacks, called from inside feed_data
+    def on_message_begin(self) -> None:
+        assert self._done is not None
+        if self._done.done():  # stops the parser; data_received drops the connection
+            raise RemoteProtocolError("bytes after the end of the response")
+        self._reason, self._headers = "", {}
+        self._head_done = self._interim = self._until_close = False
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason.decode("latin-1")  # in pieces when a read ends inside it
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head_done:
+            return  # a trailer: not part of the head the handler was given
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1").strip()
+        headers = self._headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        self._head_done = True
+        status = self._parser.get_status_code()
+        if status == 101:
+            raise RemoteProtocolError("server switched protocols (101), which was not asked for")
+        if 100 <= status < 200:
+            self._interim = True  # the real head follows
+            return
+        headers = self._headers
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding in ("gzip", "deflate"):
+            self._decompress = zlib.decompressobj(47 if encoding == "gzip" else 15)
+        elif encoding != "identity":
+            raise RemoteProtocolError(f"unsupported Content-Encoding {encoding!r}")
+        self.reusable = self._parser.should_keep_alive()  # HTTP/1.1 without "close", framed body
+        self._until_close = "content-length" not in headers \
+            and "chunked" not in headers.get("transfer-encoding", "").lower()
+        assert self._handler is not None
+        self._handler.on_head(status, self._reason, headers)
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            return
+        if self._body:
+            self._deliver()
+        self._finish()
 
     # used by HTTPClient
     async def exchange(self, head: bytes, body: bytes, handler: ResponseHandler) -> None:
         assert self._transport is not None
         self._handler = handler
         self._done = asyncio.get_running_loop().create_future()
-        self._state, self._received, self.reusable = _HEAD, False, False
+        self._received = self.reusable = False
+        self._head_done, self._head_bytes = False, 0
         self.exchanges += 1
-        self._buf.clear()
+        self._body.clear()
         self._decompress = None
         self._transport.writelines((head, body))
         try:
@@ -215,84 +286,8 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
-    # parsing
-    def _feed(self, data: bytes) -> None:
-        """Parse one read. The body bytes a read carries reach the handler in one call, so a
-        read holding many small chunks costs one pass through the SSE parser, not one per chunk."""
-        if self._buf:
-            data = bytes(self._buf) + data
-            self._buf.clear()
-        pos, size = 0, len(data)
-        body: list[bytes] = []
-        find = data.find
-        while pos < size:
-            state = self._state
-            if state == _CHUNK_SIZE:
-                end = find(b"\r\n", pos)
-                if end < 0:
-                    if size - pos > 1024:
-                        raise RemoteProtocolError("malformed chunk size line")
-                    break
-                n = _chunk_size(data[pos:end])
-                pos = end + 2
-                if n:
-                    self._remaining, self._state = n, _CHUNK_DATA
-                    if pos + n + 2 <= size:  # the whole chunk is here: the common case
-                        if data[pos + n:pos + n + 2] != b"\r\n":
-                            raise RemoteProtocolError("chunk data not followed by CRLF")
-                        body.append(data[pos:pos + n])
-                        pos += n + 2
-                        self._state = _CHUNK_SIZE
-                else:
-                    self._state = _TRAILER
-            elif state == _CHUNK_DATA or state == _LENGTH:
-                take = min(self._remaining, size - pos)
-                body.append(data[pos:pos + take])
-                pos += take
-                self._remaining -= take
-                if not self._remaining:
-                    if state == _CHUNK_DATA:
-                        self._state = _CHUNK_END
-                    else:
-                        self._deliver(body)
-                        self._finish()
-            elif state == _CHUNK_END:
-                if size - pos < 2:
-                    break
-                if data[pos:pos + 2] != b"\r\n":
-                    raise RemoteProtocolError("chunk data not followed by CRLF")
-                pos += 2
-                self._state = _CHUNK_SIZE
-            elif state == _TRAILER:
-                end = data.find(b"\r\n", pos)
-                if end < 0:
-                    break
-                line_empty = end == pos
-                pos = end + 2
-                if line_empty:
-                    self._deliver(body)
-                    self._finish()
-            elif state == _UNTIL_CLOSE:
-                body.append(data[pos:])
-                pos = size
-            elif state == _HEAD:
-                end = data.find(b"\r\n\r\n", pos)
-                if end < 0:
-                    if size - pos > _MAX_HEAD:
-                        raise RemoteProtocolError("response head larger than 64 KiB")
-                    break
-                self._start(data[pos:end])
-                pos = end + 4
-            else:  # _DONE: anything more is not ours to read
-                self.reusable = False
-                pos = size
-        self._deliver(body)
-        if pos < size:
-            self._buf += data[pos:]
-
-    def _deliver(self, body: list[bytes]) -> None:
-        if not body:
-            return
+    def _deliver(self) -> None:
+        body = self._body
         piece = body[0] if len(body) == 1 else b"".join(body)
         body.clear()
         if self._decompress is not None:
@@ -302,51 +297,7 @@ class _Connection(asyncio.Protocol):
         assert self._handler is not None
         self._handler.on_body(piece)
 
-    def _start(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        status_line = lines[0].split(" ", 2)
-        if len(status_line) < 2 or not status_line[0].startswith("HTTP/1."):
-            raise RemoteProtocolError(f"not an HTTP/1.x response: {lines[0][:80]!r}")
-        try:
-            status = int(status_line[1])
-        except ValueError:
-            raise RemoteProtocolError(f"bad status line: {lines[0][:80]!r}") from None
-        reason = status_line[2] if len(status_line) > 2 else ""
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                key = name.strip().lower()
-                headers[key] = (headers[key] + ", " + value.strip()) if key in headers \
-                    else value.strip()
-        if 100 <= status < 200:
-            return  # interim response; the real head follows
-        keep_alive = status_line[0] == "HTTP/1.1" and "close" not in headers.get(
-            "connection", "").lower()
-        encoding = headers.get("content-encoding", "identity").lower()
-        if encoding in ("gzip", "deflate"):
-            self._decompress = zlib.decompressobj(47 if encoding == "gzip" else 15)
-        elif encoding != "identity":
-            raise RemoteProtocolError(f"unsupported Content-Encoding {encoding!r}")
-        assert self._handler is not None
-        self._handler.on_head(status, reason, headers)
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            self._state = _CHUNK_SIZE
-        elif "content-length" in headers:
-            try:
-                self._remaining = int(headers["content-length"])
-            except ValueError:
-                raise RemoteProtocolError("bad Content-Length") from None
-            self._state = _LENGTH
-            if self._remaining == 0:
-                self._finish()
-        else:
-            self._state = _UNTIL_CLOSE
-            keep_alive = False
-        self.reusable = keep_alive
-
     def _finish(self) -> None:
-        self._state = _DONE
         if self._decompress is not None:
             rest = self._decompress.flush()
             self._decompress = None
@@ -355,13 +306,16 @@ class _Connection(asyncio.Protocol):
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
 
-
-def _chunk_size(line: bytes) -> int:
-    try:
-        return int(line, 16)
-    except ValueError:
-        pass
-    try:
-        return int(line.split(b";", 1)[0].strip(), 16)  # with a chunk extension
-    except ValueError:
-        raise RemoteProtocolError(f"bad chunk size {bytes(line[:20])!r}") from None
+    def _failure(self, exc: Exception) -> Exception:
+        """What the request fails with: an exception raised in a callback (the handler's or ours)
+        as it was raised, llhttp's own complaint with where it happened and what the server sent."""
+        if isinstance(exc, httptools.HttpParserCallbackError) and exc.__context__ is not None:
+            return exc.__context__  # type: ignore[return-value]
+        if not isinstance(exc, httptools.HttpParserError):
+            return exc
+        if self._head_done:
+            return RemoteProtocolError(f"malformed response body: {exc}")
+        line = self._first_bytes.split(b"\r\n", 1)[0]
+        if not line.startswith(b"HTTP/1."):
+            return RemoteProtocolError(f"not an HTTP/1.x response: {line!r}")
+        return RemoteProtocolError(f"malformed response head ({exc}): {line!r}")

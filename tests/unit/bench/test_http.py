@@ -6,6 +6,9 @@ bytes reach it: in whatever pieces the network delivers.
 
 import asyncio
 import gzip
+import shutil
+import ssl
+import subprocess
 import zlib
 
 import pytest
@@ -152,6 +155,39 @@ def test_idle_connection_closed_by_the_server_is_retried_once():
     assert [bytes(c.body) for c in results] == [b"ok", b"ok"] and n == [2]
 
 
+def test_bytes_after_the_response_end_it_and_retire_the_connection():
+    n = []
+    one = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n"]
+    results = run([one, one], requests=2, connections=n)
+    assert [bytes(c.body) for c in results] == [b"ok", b"ok"] and n == [2]
+
+
+def test_trailers_do_not_change_the_head_the_handler_got():
+    (c,) = run([[HEAD_CHUNKED + chunked(b"ok", trailer=b"X-Trailer: yes\r\n")]])
+    assert bytes(c.body) == b"ok" and "x-trailer" not in c.headers
+
+
+def test_an_exception_from_the_handler_fails_the_request_with_it():
+    class Refuse(Collect):
+        def on_body(self, data):
+            raise ValueError("handler says no")
+
+    async def go():
+        async def handle(reader, writer):
+            await _read_request(reader)
+            writer.write(HEAD_CHUNKED + chunked(b"a", b"b"))
+            await writer.drain()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with HTTPClient(f"http://127.0.0.1:{port}") as client:
+                await client.request("POST", "/x", b"{}", {}, Refuse())
+        finally:
+            server.close()
+    with pytest.raises(ValueError, match="handler says no"):
+        asyncio.run(go())
+
+
 def test_server_closing_before_answering_twice_is_an_error():
     results = run([["close"], ["close"]], requests=1)
     assert isinstance(results[0], RemoteProtocolError)
@@ -160,14 +196,47 @@ def test_server_closing_before_answering_twice_is_an_error():
 
 @pytest.mark.parametrize("response, words", [
     (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1.x response"),
-    (b"HTTP/1.1 abc OK\r\n\r\n", "bad status line"),
-    (HEAD_CHUNKED + b"zz\r\nhello\r\n", "bad chunk size"),
-    (HEAD_CHUNKED + b"2\r\nhello\r\n", "not followed by CRLF"),
+    (b"HTTP/1.1 abc OK\r\n\r\n", "Invalid status code): b'HTTP/1.1 abc OK'"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "Duplicate"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "switched protocols"),
+    (HEAD_CHUNKED + b"zz\r\nhello\r\n", "malformed response body: Invalid character in chunk"),
+    (HEAD_CHUNKED + b"2\r\nhello\r\n", "after chunk data"),
     (HEAD_CHUNKED + b"5\r\nhel", "mid-response"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"x" * 70000, "larger than 64 KiB"),
 ])
 def test_broken_framing_names_what_is_wrong(response, words):
     (e,) = run([[response, "close"]])
     assert isinstance(e, RemoteProtocolError) and words in str(e), e
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI for a certificate")
+def test_https_verifies_the_server_and_streams_the_body(tmp_path, monkeypatch):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this certificate only
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+
+    async def go():
+        async def handle(reader, writer):
+            await _read_request(reader)
+            writer.write(HEAD_CHUNKED + chunked(b"data: a\n\n", b"data: b\n\n"))
+            await writer.drain()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        c = Collect()
+        try:
+            async with HTTPClient(f"https://127.0.0.1:{port}") as client:
+                await client.request("POST", "/x", b"{}", {}, c)
+        finally:
+            server.close()
+        return c
+    c = asyncio.run(go())
+    assert c.status == 200 and bytes(c.body) == b"data: a\n\ndata: b\n\n"
 
 
 def test_nothing_listening_is_a_connect_error():
@@ -201,4 +270,5 @@ def test_any_split_of_the_bytes_gives_the_same_body(cuts, framing):
     for a, b in zip([0] + points, points + [len(raw)]):
         pieces += [raw[a:b], 0.002]
     (c,) = run([pieces])
-    assert bytes(c.body) == data
+    assert bytes(c.body) == data and (c.status, c.reason) == (200, "OK")
+    assert c.headers.get("transfer-encoding" if framing == "chunked" else "content-length")
