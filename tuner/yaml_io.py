@@ -13,10 +13,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tuner.errors import InputError
+from tuner.files import read_text
 
 M = TypeVar("M", bound=BaseModel)
-
-
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -40,12 +39,11 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def load_yaml(path: Path) -> tuple[Any, dict]:
-    """Parse ``path`` safely; returns the data and a key-line index for error messages."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+def load_yaml(path: Path, what: str = "YAML file") -> tuple[Any, dict]:
+    """Parse ``path`` safely; returns the data and a key-line index for error messages.
+
+    ``what`` names the file in errors about its bytes ("space file ...: not UTF-8 text")."""
+    text = read_text(path, what)
     loader = None
     try:
         loader = _LineLoader(text)  # the reader already rejects control characters here
@@ -59,6 +57,8 @@ def load_yaml(path: Path) -> tuple[Any, dict]:
         if ctx and ctx_mark is not None and mark is not None and ctx_mark.line != mark.line:
             problem += f" ({ctx} at line {ctx_mark.line + 1})"
         raise InputError(f"{where}: invalid YAML: {problem}") from None
+    except RecursionError:  # the parser recurses per nesting level: "[[[[..." exhausts the stack
+        raise InputError(f"{path}: invalid YAML: nested too deeply") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -104,8 +104,8 @@ def parse_model(model: type[M], data: Any, source: str, key_lines: dict | None =
         raise InputError(format_validation_error(exc, source, data, key_lines or {})) from None
 
 
-def load_model(model: type[M], path: Path) -> M:
-    data, key_lines = load_yaml(path)
+def load_model(model: type[M], path: Path, what: str = "YAML file") -> M:
+    data, key_lines = load_yaml(path, what)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return parse_model(model, data, str(path), key_lines)

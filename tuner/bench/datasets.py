@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.errors import BenchInputError
+from tuner.errors import BenchInputError, InputError
+from tuner.files import read_text
 from tuner.space.model import (
     SHAREGPT_MAX_PROMPT_LEN,
     SHAREGPT_MAX_TOTAL_LEN,
@@ -272,22 +273,18 @@ def sample_sharegpt(
 
 
 def _read_sharegpt(path: str | os.PathLike[str]) -> list[dict]:
-    p = Path(path).expanduser()
     try:
-        with p.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise BenchInputError(f"ShareGPT file {os.fspath(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise BenchInputError(f"ShareGPT file {os.fspath(path)!r} is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise BenchInputError(f"ShareGPT file {os.fspath(path)!r} is not UTF-8 text: {exc}") from None
+        text = read_text(Path(path).expanduser(), "ShareGPT file")
+    except InputError as exc:
+        raise BenchInputError(str(exc)) from None
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BenchInputError(
             f"ShareGPT file {os.fspath(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
             f"column {exc.colno}") from None
-    except OSError as exc:
-        raise BenchInputError(f"ShareGPT file {os.fspath(path)!r} cannot be read: {exc}") from None
+    except RecursionError:
+        raise BenchInputError(f"ShareGPT file {os.fspath(path)!r} nests too deeply") from None
     if not isinstance(data, list):
         raise BenchInputError(
             f"ShareGPT file {os.fspath(path)!r} must hold a JSON list of conversations, "

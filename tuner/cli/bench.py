@@ -7,6 +7,7 @@ failed exits 1 instead of 0, and the result file is written atomically.
 """
 
 import asyncio
+import json
 import math
 import os
 import re
@@ -19,9 +20,10 @@ import typer
 from tuner.bench.config import BenchConfig, parse_goodput
 from tuner.bench.datasets import load_requests, load_tokenizer
 from tuner.bench.request import make_client, probe
-from tuner.bench.results_file import default_result_filename, write_json_atomic
+from tuner.bench.results_file import default_result_filename
 from tuner.bench.runner import BenchResult, run_benchmark
 from tuner.errors import BenchInputError
+from tuner.files import write_atomic
 
 EXIT_INPUT = 2
 EXIT_RUNTIME = 1
@@ -132,7 +134,7 @@ def bench(
     if target is not None:
         path = target / (result_filename or default_result_filename(result))
         try:
-            write_json_atomic(path, result.to_json())
+            write_atomic(path, json.dumps(result.to_json()))
         except OSError as exc:
             _fail(f"cannot write the result file {path}: {exc}", EXIT_RUNTIME)
         print(f"Result saved to {path}")

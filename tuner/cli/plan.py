@@ -14,8 +14,9 @@ from tuner.configs.plan import PlannedConfig, PlanReport, build_plan_report
 from tuner.configs.rules import workload_facts
 from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
+from tuner.errors import InputError
 from tuner.estimate import Estimate, get_estimator
-from tuner.space import Param, Scalar, load_space
+from tuner.space import Param, Scalar, load_space, model_path_problems
 
 
 def _describe_param(p: Param) -> str:
@@ -154,6 +155,12 @@ def register(app: typer.Typer) -> None:
         """Show the space, what is pruned on this hardware and why, and the exact launch commands."""
         console = Console(width=None if sys.stdout.isatty() else 160)
         sp = load_space(space)
+        problems = model_path_problems(sp)
+        if problems and gpu is None:
+            raise InputError("\n".join(problems))
         estimator = get_estimator(sp.prior.estimator if sp.prior else "aiconfigurator") if estimate else None
         report = build_plan_report(sp, resolve(gpu), n_samples=samples, seed=seed, estimator=estimator)
+        for problem in problems:  # planning for another host (--gpu): the model may be there
+            console.print(f"[yellow]warning[/] {escape(problem)} [dim](not here; planning for {gpu} "
+                          "anyway)[/]", highlight=False, soft_wrap=True)
         render(report, console)

@@ -85,7 +85,7 @@ class _Profile(BaseModel):
 
 @cache
 def _profiles() -> dict[str, _Profile]:
-    data, lines = load_yaml(PROFILES_FILE)
+    data, lines = load_yaml(PROFILES_FILE, "GPU profiles file")
     if not isinstance(data, dict):
         raise InputError(f"{PROFILES_FILE}: expected a mapping of profile names")
     return {name: parse_model(_Profile, body, f"{PROFILES_FILE}: {name}", lines)

@@ -1,7 +1,9 @@
 """A model's config.json, read one way for everyone: a local checkpoint, or an HF id already in the
 local hub cache, with multimodal wrappers (text_config) flattened.
 
-Planning for a model that was never downloaded must still work: the facts are simply unknown then."""
+Planning for a model that was never downloaded must still work: the facts are simply unknown then.
+A config.json that is there but unreadable (not UTF-8, not JSON, not an object) is the user's to fix,
+so it is an InputError naming the file rather than silently unknown facts."""
 
 from __future__ import annotations
 
@@ -13,15 +15,14 @@ from typing import Any
 
 import yaml
 
+from tuner.errors import InputError
+from tuner.files import read_text, write_atomic
 from tuner.paths import ENGINES_DIR, cache_dir
 
 
 @lru_cache(maxsize=64)
 def read_model_config(path: str) -> dict[str, Any]:
-    """config.json of a local checkpoint, or of an HF id already in the local hub cache; {} if neither.
-
-    Planning for a model that was never downloaded must still work: facts are simply unknown then.
-    """
+    """config.json of a local checkpoint, or of an HF id already in the local hub cache; {} if neither."""
     candidates = [Path(path)]
     if not Path(path).exists() and path.count("/") == 1:
         hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get(
@@ -30,12 +31,14 @@ def read_model_config(path: str) -> dict[str, Any]:
     for d in candidates:
         cfg = d / "config.json"
         if cfg.is_file():
+            text = read_text(cfg, "model config")  # its InputError is a ValueError: not caught here
             try:
-                data = json.loads(cfg.read_text())
-            except (OSError, ValueError):
-                return {}
+                data = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise InputError(f"model config {cfg}: not valid JSON ({exc})") from None
             if not isinstance(data, dict):
-                return {}
+                raise InputError(f"model config {cfg}: expected a JSON object, got "
+                                 f"{type(data).__name__}")
             if isinstance(data.get("text_config"), dict):  # multimodal wrappers
                 data = {**data["text_config"], **data}
             if (d / "hf_quant_config.json").is_file():
@@ -51,16 +54,13 @@ def shape_dir(model: str) -> str | None:
     """A local folder holding the known config.json shape of hub id ``model`` (written once under
     the cache), for performance models that read a config.json; None when the shape is unknown.
     The rules do not use it: they state facts about the checkpoint that will load, or nothing."""
-    shapes = yaml.safe_load(SHAPES_FILE.read_text())
+    shapes = yaml.safe_load(read_text(SHAPES_FILE, "model shapes file"))
     shape = shapes.get(model)
     if shape is None or model.startswith("_"):
         return None
     target = cache_dir() / "model-shapes" / model.replace("/", "--")
     config = target / "config.json"
     text = json.dumps(shape, indent=1, sort_keys=True)
-    if not config.is_file() or config.read_text() != text:
-        target.mkdir(parents=True, exist_ok=True)
-        tmp = config.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(config)
+    if not config.is_file() or config.read_bytes() != text.encode():
+        write_atomic(config, text)
     return str(target)

@@ -41,7 +41,7 @@ class _RuntimeFile(BaseModel):
 @cache
 def runtime_failures() -> tuple[FailureSignature, ...]:
     """Signatures of the runtime's own errors (image missing, port taken), from ``RUNTIME_FILE``."""
-    return tuple(load_model(_RuntimeFile, RUNTIME_FILE).failures)
+    return tuple(load_model(_RuntimeFile, RUNTIME_FILE, "runtime spec").failures)
 
 
 def with_runtime_failures(spec: EngineSpec) -> EngineSpec:

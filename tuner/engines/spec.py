@@ -201,7 +201,7 @@ def load_engine(name: str) -> EngineSpec:
     path = ENGINES_DIR / f"{name}.yaml"
     if not path.exists():
         raise InputError(f"unknown engine {name!r}; available: {', '.join(available_engines())}")
-    spec = load_model(EngineSpec, path)
+    spec = load_model(EngineSpec, path, "engine spec")
     if spec.name != name:
         raise InputError(f"{path}: name is {spec.name!r} but the file is named {name!r}")
     return spec

@@ -8,9 +8,11 @@ its own measurements may be mixed in (``tune resume`` checks it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import optuna
 
 from tuner import __version__
 from tuner.errors import InputError
+from tuner.files import check_readable, read_text
 from tuner.record import schema
 from tuner.record.storage import data_dir, open_storage, require_study, study_names
 
@@ -55,26 +58,54 @@ def import_study(archive: Path, url_for: callable, *, name: str | None = None) -
 
     Refuses to overwrite an existing study of the same name.
     """
-    archive = archive.expanduser()
-    if not archive.is_file():
-        raise InputError(f"{archive}: no such archive")
+    archive = check_readable(archive.expanduser(), "export archive")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        try:
-            with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(tmp_path, filter="data")
-            manifest = json.loads((tmp_path / "manifest.json").read_text())
-        except (tarfile.TarError, OSError, ValueError, KeyError) as exc:
-            raise InputError(f"{archive}: not a tune export archive ({exc})") from None
-        if manifest.get("format") != FORMAT or not (tmp_path / "study.db").exists():
-            raise InputError(f"{archive}: unsupported export format {manifest.get('format')!r}")
-        source = manifest["study"]
+        source = _unpack(archive, tmp_path)
         target = name or source
         url = url_for(target)
         if target in study_names(url):
             raise InputError(f"study {target!r} already exists in {url}; import with --name NEW")
-        optuna.copy_study(from_study_name=source, from_storage=f"sqlite:///{tmp_path / 'study.db'}",
+        optuna.copy_study(from_study_name=source, from_storage=_source_url(tmp_path),
                           to_storage=open_storage(url, create=True), to_study_name=target)
         if (tmp_path / "files").exists():
             shutil.copytree(tmp_path / "files", data_dir(url, target), dirs_exist_ok=True)
     return target, url
+
+
+def _source_url(root: Path) -> str:
+    return f"sqlite:///{root / 'study.db'}"
+
+
+def _unpack(archive: Path, root: Path) -> str:
+    """Extract ``archive`` into ``root`` and check it is one of ours; returns the study's name.
+
+    A file that is not gzip, a truncated download, a tarball of something else, a manifest that is
+    not UTF-8 JSON, a study.db that is not SQLite: each is one InputError naming the archive."""
+    def refuse(why: str) -> InputError:
+        return InputError(f"export archive {archive}: not a tune export archive ({why})")
+
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(root, filter="data")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise refuse(str(exc) or type(exc).__name__) from None
+    try:
+        manifest = json.loads(read_text(root / "manifest.json", "member"))
+    except InputError as exc:
+        raise refuse(str(exc).replace(f"{root}{os.sep}", "")) from None
+    except (ValueError, RecursionError) as exc:
+        raise refuse(f"manifest.json is not JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise InputError(f"export archive {archive}: unsupported export format {found!r}")
+    source = manifest.get("study")
+    if not isinstance(source, str) or not (root / "study.db").is_file():
+        raise refuse("no study name in manifest.json, or no study.db")
+    try:
+        names = study_names(_source_url(root))
+    except InputError as exc:
+        raise refuse(f"study.db: {str(exc).split(': ', 1)[-1].splitlines()[0]}") from None
+    if source not in names:
+        raise refuse(f"study.db holds no study {source!r}")
+    return source

@@ -84,7 +84,8 @@ def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None)
                              "ShareGPT JSON file), or name the other workloads")
         found = seed_study_workloads(model_context(space), sharegpt_path)
     elif spec.endswith((".yaml", ".yml")) or Path(spec).is_file():
-        found = load_model(_WorkloadFile, Path(spec).expanduser()).evaluation_workloads
+        found = load_model(_WorkloadFile, Path(spec).expanduser(),
+                           "workload file").evaluation_workloads
     else:
         known = {w.name: w for w in [*seed_study_workloads(model_context(space), sharegpt_path),
                                      *space.all_workloads(), *space.evaluation_workloads]}

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 
+from tuner.files import write_atomic
 from tuner.registry import Registry
 from tuner.report import data as report_data
 from tuner.report import html, markdown
@@ -33,15 +32,4 @@ def render(study: optuna.Study, fmt: str) -> str:
 
 def write_report(study: optuna.Study, out: Path, fmt: str = "html") -> Path:
     """Render and write atomically: a browser reloading or a CI upload never sees half a file."""
-    text = render(study, fmt)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_atomic(out, render(study, fmt))

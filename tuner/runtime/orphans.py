@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from tuner.files import write_atomic
 from tuner.paths import cache_dir
 from tuner.runtime import container as containers
 
@@ -60,10 +61,7 @@ def register(pgid: int, label: str, *, container: str | None = None,
     me = psutil.Process()
     entry = Entry(pgid, psutil.Process(pgid).create_time(), me.pid, me.create_time(), label,
                   container, runtime)
-    path = _dir() / f"{pgid}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(entry)))
-    tmp.replace(path)
+    write_atomic(_dir() / f"{pgid}.json", json.dumps(asdict(entry)))
     return entry
 
 

@@ -18,8 +18,10 @@ from tuner.space.model import (
                                Target,
                                Workload,
 )
+from tuner.space.model_paths import model_path_problems
 from tuner.space.suggest import ENGINE_PARAM, baseline_params, grid_values, suggest
 
 __all__ = ["ENGINE_PARAM", "Baseline", "Budget", "Container", "EngineChoice", "Fidelity", "MaxLoad",
            "Model", "Objective", "Param", "Prior", "Scalar", "Space", "Target", "Workload", "available_spaces",
-           "baseline_params", "grid_values", "load_space", "overridden", "space_from_dict", "suggest"]
+           "baseline_params", "grid_values", "load_space", "model_path_problems", "overridden",
+           "space_from_dict", "suggest"]

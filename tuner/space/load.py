@@ -30,9 +30,7 @@ def load_space(name_or_path: str) -> Space:
                 f"unknown space {name_or_path!r}; available: {', '.join(available_spaces())} "
                 "(or pass a path to a YAML file)")
         path = found[0]
-    elif not path.exists():
-        raise InputError(f"space file {path} does not exist")
-    return load_model(Space, path)
+    return load_model(Space, path, "space file")
 
 
 def space_from_dict(data: dict[str, Any], source: str = "stored space") -> Space:

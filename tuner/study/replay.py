@@ -22,6 +22,7 @@ import numpy as np
 from tuner.configs.translate import build_plan
 from tuner.engines.failures import Failure
 from tuner.engines.spec import load_engine
+from tuner.files import read_text
 from tuner.record import schema
 from tuner.study.executors import EXECUTORS, Finished, Hooks
 from tuner.study.task import TrialTask
@@ -156,7 +157,7 @@ class Grid:
 
     @classmethod
     def load(cls, path: Path, metric: str = "value") -> "Grid":
-        return cls.from_json(json.loads(Path(path).read_text()), metric)
+        return cls.from_json(json.loads(read_text(Path(path), "replay grid")), metric)
 
 
 @EXECUTORS.register("replay")

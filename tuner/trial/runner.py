@@ -18,6 +18,7 @@ from tuner.configs.translate import LaunchPlan, build_plan
 from tuner.engines.failures import NOT_THE_CONFIG, Failure, classify_exit
 from tuner.engines.spec import load_engine
 from tuner.errors import HarnessError
+from tuner.files import write_atomic
 from tuner.fingerprint import engine_version
 from tuner.paths import expand
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
@@ -218,6 +219,4 @@ def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: 
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, default=str))

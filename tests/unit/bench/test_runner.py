@@ -6,7 +6,6 @@ The stub answers with vLLM/SGLang/TRT-LLM chunk shapes at zero latency; no engin
 import http.server
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from typer.testing import CliRunner
 from benchmarks import stub_server
 from tuner.bench import BenchConfig, BenchResult, SampleRequest, run_benchmark
 from tuner.bench.arrivals import arrival_offsets
-from tuner.bench.results_file import write_json_atomic
 from tuner.cli.bench import register
 
 StubOptions, RunningStub = stub_server.StubOptions, stub_server.RunningStub
@@ -279,22 +277,6 @@ def test_cli_all_requests_failed_exits_1_without_result(cli, tok_dir, tmp_path):
     assert res.exit_code == 1, res.output
     assert "HTTP 422" in res.output and "every request failed" in res.output
     assert list(tmp_path.iterdir()) == []
-
-
-def test_atomic_write_leaves_nothing_on_error(tmp_path):
-    target = tmp_path / "out.json"
-    with pytest.raises(TypeError):
-        write_json_atomic(target, {"x": object()})
-    assert list(tmp_path.iterdir()) == []
-    write_json_atomic(target, {"x": 1})
-    assert json.loads(target.read_text()) == {"x": 1}
-    assert oct(target.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
-
-
-def _umask() -> int:
-    old = os.umask(0)
-    os.umask(old)
-    return old
 
 
 def test_bench_result_is_the_public_type():

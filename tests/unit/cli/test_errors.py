@@ -1,6 +1,11 @@
 """Bad input: one clear message naming the input, exit code 2, nothing half-written."""
 
+import os
+import random
+import subprocess
+import sys
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -32,7 +37,7 @@ def test_invalid_yaml_names_file_line_and_key(tmp_path, studies):
     assert not studies.exists()
 
 
-def test_missing_engine_command_is_named_and_no_study_is_created(tmp_path, studies):
+def test_missing_engine_command_is_named_and_no_study_is_created(tmp_path, studies, tiny_model_path):
     data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
     data["engines"]["vllm"]["command"] = ["/nonexistent/venv/bin/vllm", "serve"]
     space = tmp_path / "s.yaml"
@@ -54,3 +59,21 @@ def test_unknown_study_and_bad_storage(studies):
 def test_bad_cli_value_is_rejected_by_the_parser():
     r = invoke("start", "--space", "cpu-smoke", "--n-trials", "0")
     assert r.exit_code == 2 and "--n-trials" in r.output
+
+
+@pytest.mark.parametrize("command", ["start", "plan"])
+@pytest.mark.parametrize("content", [b"\xff\xfename: x\n" + "model: m\n".encode("utf-16-le"),
+                                     random.Random(15).randbytes(512), b"name: caf\xe9\n"],
+                         ids=["utf-16-bom", "random-bytes", "latin-1"])
+def test_a_space_file_with_bad_bytes_is_named_without_a_traceback(tmp_path, studies, command,
+                                                                 content):
+    """Run as a user runs it (a real process): exit 2, the file named, no traceback, no study."""
+    space = tmp_path / "space.yaml"
+    space.write_bytes(content)
+    r = subprocess.run([sys.executable, "-m", "tuner", command, "--space", str(space)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={**os.environ, "COLUMNS": "300"})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"error: space file {space}: not UTF-8 text" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    assert not studies.exists() and not (tmp_path / "studies").exists()

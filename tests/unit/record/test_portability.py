@@ -1,7 +1,10 @@
 """Export/import, fingerprints, storage kinds and the SQLite single-writer guard (no engine runs:
 trials are injected with create_trial, the engine path is covered by test_study_vllm.py)."""
 
+import gzip
+import io
 import json
+import random
 import subprocess
 import sys
 import tarfile
@@ -65,11 +68,38 @@ def test_export_import_keeps_trials_attrs_and_artifacts(handle, tmp_path, monkey
     assert again.exit_code == 2 and "already exists" in again.output
 
 
-def test_bad_archive_is_refused(tmp_path, studies):
+def _tarball(path, members: dict[str, bytes]) -> bytes:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path.read_bytes()
+
+
+MANIFEST = json.dumps({"format": 1, "study": "s"}).encode()
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p.write_text("not a tarball"), "not a tune export archive"),
+    (lambda p: p.write_bytes(gzip.compress(random.Random(1).randbytes(4096))),
+     "not a tune export archive"),
+    (lambda p: p.write_bytes(_tarball(p, {"study.db": random.Random(2).randbytes(20000)})[:900]),
+     "not a tune export archive"),  # a truncated download
+    (lambda p: _tarball(p, {"other.txt": b"x"}), "(member manifest.json: does not exist)"),
+    (lambda p: _tarball(p, {"manifest.json": b"\xff\xfe{}"}), "manifest.json: not UTF-8 text"),
+    (lambda p: _tarball(p, {"manifest.json": b"[1]"}), "unsupported export format None"),
+    (lambda p: _tarball(p, {"manifest.json": MANIFEST, "study.db": b"not sqlite"}),
+     "not a tune export archive (study.db:"),
+    (lambda p: p.mkdir(), "is a directory"),
+], ids=["text", "gzip-not-tar", "truncated", "no-manifest", "manifest-bytes", "manifest-list",
+        "db-not-sqlite", "directory"])
+def test_bad_archive_is_refused(tmp_path, studies, make, words):
     bad = tmp_path / "bad.tar.gz"
-    bad.write_text("not a tarball")
+    make(bad)
     r = runner.invoke(app, ["import", str(bad)])
-    assert r.exit_code == 2 and "not a tune export archive" in r.output
+    assert r.exit_code == 2, r.output
+    assert f"export archive {bad}: " in r.output and words in r.output
     assert not studies.exists() or not list(studies.glob("*.db"))
 
 

@@ -319,7 +319,7 @@ def test_runtime_refusal_fails_the_trial_instead_of_teaching_the_sampler(tmp_pat
                             extra_args=["--runtime", "nosuch"])
     proc = run_tune("start", "--space", str(space))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "three trials in a row failed in the tuner itself" in proc.stderr
+    assert "3 trials in a row failed in the tuner itself; last: " in proc.stderr
     trials = [t for t in load(studies, name).trials if launched(t)]  # rules may prune some
     assert trials and all(t.state == optuna.trial.TrialState.FAIL for t in trials)
     assert "container-error" in trials[0].user_attrs["harness_error"]
@@ -329,14 +329,14 @@ def test_runtime_refusal_fails_the_trial_instead_of_teaching_the_sampler(tmp_pat
 
 _ABANDON = textwrap.dedent("""
     import os, signal, sys
-    from tuner.runtime import container
-    from tuner.runtime import launcher
+    from tuner.configs import container
+    from tuner.runtime import launcher, procgroup
     from tuner.engines.spec import Readiness, load_engine
     from tuner.space import Container
     from tuner.configs.translate import LaunchPlan
     from tuner.configs.container import ContainerLaunch
     python, image, workdir, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-    port = launcher.free_port()
+    port = procgroup.free_port()
     launch = ContainerLaunch("docker", image, container.unique_name("abandon"), "container.id")
     argv = container.run_argv(Container(image=image, args=args), [python, "-m", "http.server",
                               str(port), "--bind", "0.0.0.0"], name=launch.name,

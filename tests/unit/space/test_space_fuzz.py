@@ -1,5 +1,5 @@
-"""Hypothesis fuzzing of the space loader: any file content either loads or fails with InputError
-naming the file; nothing else escapes."""
+"""Hypothesis fuzzing of the space loader: any file content, text or bytes, either loads or fails
+with InputError naming the file; nothing else escapes (no UnicodeDecodeError, no RecursionError)."""
 
 import string
 
@@ -28,9 +28,9 @@ keys = st.sampled_from(["name", "model", "engines", "workload", "objective", "bu
                         "baselines", "sampler", "fidelity", "seed", "workloads", "bogus"])
 
 
-def check(tmp_path, text: str) -> None:
+def check(tmp_path, content: str | bytes) -> None:
     path = tmp_path / "space.yaml"
-    path.write_text(text)
+    path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
     try:
         load_space(str(path))
     except InputError as exc:
@@ -41,6 +41,28 @@ def check(tmp_path, text: str) -> None:
 @given(st.text(max_size=300))
 def test_arbitrary_text(tmp_path, text):
     check(tmp_path, text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes(tmp_path, data):
+    check(tmp_path, data)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["latin-1", "utf-16", "utf-16-be", "utf-32", "cp1252"]),
+       st.text(st.characters(max_codepoint=255), max_size=40), st.integers(0, len(GOOD)))
+def test_a_valid_space_in_another_encoding(tmp_path, encoding, text, at):
+    """A space saved by an editor in another encoding, with a few non-ASCII characters in it."""
+    content = (GOOD[:at] + text + GOOD[at:]).encode(encoding, errors="replace")
+    check(tmp_path, content)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(min_size=1, max_size=40), st.integers(0, len(GOOD)))
+def test_a_valid_space_with_bytes_spliced_in(tmp_path, data, at):
+    raw = GOOD.encode()
+    check(tmp_path, raw[:at] + data + raw[at:])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
