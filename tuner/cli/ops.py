@@ -16,6 +16,7 @@ from tuner import doctor as doctor_mod
 from tuner import downloads
 from tuner.cli.common import console, err, fail, url
 from tuner.errors import InputError
+from tuner.files import write_atomic
 from tuner.paths import data_dir
 from tuner.record import results
 from tuner.space import load_space
@@ -100,9 +101,7 @@ def deploy(
     if out is None:
         print(text, end="" if text.endswith("\n") else "\n")
         return
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(out)  # a half-written manifest never takes the file's place
+    write_atomic(out, text)  # a half-written manifest never takes the file's place
     err.print(f"{fmt} for trial {chosen.number} written to {out}", highlight=False)
 
 
