@@ -4,22 +4,36 @@ reads a ``Space``."""
 
 from tuner.space.load import available_spaces, load_space, space_from_dict
 from tuner.space.model import (
+                               QUALITY_METRICS,
                                Baseline,
                                Budget,
                                Container,
                                EngineChoice,
                                Fidelity,
+                               LmEval,
                                MaxLoad,
                                Model,
                                Objective,
                                Param,
+                               Quality,
                                Scalar,
                                Space,
                                Target,
                                Workload,
 )
-from tuner.space.suggest import ENGINE_PARAM, baseline_params, grid_values, suggest
+from tuner.space.suggest import (
+                                 ENGINE_PARAM,
+                                 arms,
+                                 baseline_params,
+                                 config_precision,
+                                 grid_values,
+                                 reference_baseline,
+                                 reference_precision,
+                                 suggest,
+)
 
-__all__ = ["ENGINE_PARAM", "Baseline", "Budget", "Container", "EngineChoice", "Fidelity", "MaxLoad",
-           "Model", "Objective", "Param", "Scalar", "Space", "Target", "Workload", "available_spaces",
-           "baseline_params", "grid_values", "load_space", "space_from_dict", "suggest"]
+__all__ = ["ENGINE_PARAM", "QUALITY_METRICS", "Baseline", "Budget", "Container", "EngineChoice",
+           "Fidelity", "LmEval", "MaxLoad", "Model", "Objective", "Param", "Quality", "Scalar", "Space",
+           "Target", "Workload", "arms", "available_spaces", "baseline_params", "config_precision",
+           "grid_values", "load_space", "reference_baseline", "reference_precision",
+           "space_from_dict", "suggest"]
