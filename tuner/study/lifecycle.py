@@ -22,8 +22,9 @@ from tuner.record import results, schema
 from tuner.record.storage import open_storage, study_names
 from tuner.redact import redact_space
 from tuner.runtime.launcher import check_launchable
-from tuner.space import Space, baseline_params, space_from_dict
+from tuner.space import Space, arms, baseline_params, space_from_dict
 from tuner.study.samplers import sampler_for
+from tuner.trial import lm_eval
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What must match for measurements to be comparable; the host name may differ (resume elsewhere).
@@ -75,6 +76,8 @@ def fingerprint() -> dict:
 def _check_commands(space: Space) -> None:
     for engine, choice in space.engines.items():
         check_launchable(engine, choice)
+    if space.quality is not None and space.quality.lm_eval is not None:
+        lm_eval.check_tasks(space.quality.lm_eval)
 
 
 def create(space: Space, name: str, url: str, *, join: bool = False,
@@ -157,7 +160,7 @@ def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
         best = results.pareto_front(handle.study)[:top_k]
     else:
         feasible = [t for t in handle.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.user_attrs.get(schema.FEASIBLE) and schema.launched(t)
+                    if schema.is_feasible(t) and schema.launched(t)
                     and t.user_attrs.get(schema.ARM, "search") == "search"]
         reverse = handle.space.objective.direction == "maximize"
         best = sorted(feasible, key=lambda t: t.value, reverse=reverse)[:top_k]
@@ -169,9 +172,9 @@ def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
 
 
 def enqueue_baselines(handle: StudyHandle) -> None:
-    """Each baseline once per study, first in line."""
+    """Each control arm once per study, first in line: the quality reference, then the baselines."""
     present = {t.user_attrs.get(schema.ARM) for t in handle.study.get_trials(deepcopy=False)}
-    for b in handle.space.baselines:
+    for b in arms(handle.space):
         if b.name in present:
             continue
         params, omitted = baseline_params(handle.space, b)
