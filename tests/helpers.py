@@ -224,10 +224,10 @@ class AnsweringExecutor:
     (tuner.trial.quality.compare) in the role the driver gave the trial, as from an engine that
     returns no logprobs. ``lm_eval``: lm-eval's scores per dtype."""
 
-    slots = 1
-
-    def __init__(self, answers: dict[str, list[list[int]]], *, lm_eval: dict | None = None) -> None:
-        self.answers, self.lm_eval = answers, lm_eval or {}
+    def __init__(self, answers: dict[str, list[list[int]]], *, lm_eval: dict | None = None,
+                 slots: int = 1) -> None:
+        """``slots`` > 1: trials are prepared before earlier ones are recorded, as on Ray."""
+        self.answers, self.lm_eval, self.slots = answers, lm_eval or {}, slots
         self.pending: list = []
         self.roles: dict[int, str] = {}
 
@@ -267,7 +267,8 @@ class AnsweringExecutor:
             record["reference_trial"] = probe.reference["trial"]
             reference = [Answer(**a) for a in probe.reference["answers"]]
         elif probe.role == CANDIDATE:
-            return {**record, "not_measured": {"token_mismatch": "no reference answers"}}, []
+            return ({**record, "not_measured": {"token_mismatch": "no reference answers"}},
+                    [a.to_json() for a in answers])
         else:
             reference = answers
         metrics, not_measured = compare(reference, answers, None, "engine returns no logprobs",

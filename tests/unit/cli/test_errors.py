@@ -54,3 +54,15 @@ def test_unknown_study_and_bad_storage(studies):
 def test_bad_cli_value_is_rejected_by_the_parser():
     r = invoke("start", "--space", "cpu-smoke", "--n-trials", "0")
     assert r.exit_code == 2 and "--n-trials" in r.output
+
+
+def test_fp8_variant_without_torchao_says_what_to_install_before_writing_anything(tmp_path):
+    import importlib.util
+
+    import pytest
+    if importlib.util.find_spec("torchao") is not None:
+        pytest.skip("torchao is installed here: the variant would be written")
+    r = invoke("model", "tiny", str(tmp_path / "m"), "--fp8-variant", str(tmp_path / "m-fp8"))
+    assert r.exit_code == 2
+    assert "error: --fp8-variant: an FP8 variant needs" in r.output and "pip install torchao" in r.output
+    assert not (tmp_path / "m").exists()

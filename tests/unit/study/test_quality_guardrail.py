@@ -24,10 +24,11 @@ BF16 = [[5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 99], [17, 18, 19, 98]]
 def run(tmp_path, quality: dict, **kwargs) -> tuple[optuna.Study, AnsweringExecutor, str]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     space = load_space(str(quality_space(tmp_path, quality, **{k: v for k, v in kwargs.items()
-                                                                if k != "lm_eval"})))
+                                                                if k not in ("lm_eval", "slots")})))
     url = f"sqlite:///{tmp_path / 'quality.db'}"
     handle = study_mod.create(space, "quality", url)
-    executor = AnsweringExecutor({"float32": FP32, "bfloat16": BF16}, lm_eval=kwargs.get("lm_eval"))
+    executor = AnsweringExecutor({"float32": FP32, "bfloat16": BF16}, lm_eval=kwargs.get("lm_eval"),
+                                 slots=kwargs.get("slots", 1))
     study_mod.run(handle, executor=executor)
     return handle.study, executor, url
 
@@ -127,6 +128,21 @@ def test_lm_eval_drop_over_its_bound_fails_and_a_missing_reference_score_is_not_
     fast = by_arm(study)["bf16-fast"]
     assert fast.user_attrs[schema.QUALITY]["lm_eval"]["error"] == "no reference scores: lm-eval exited 1: boom"
     assert fast.constraints["quality:lm_eval"] == 1.0
+
+
+def test_a_trial_probed_before_the_reference_existed_is_compared_when_recorded(tmp_path):
+    # Two trials in flight (as on Ray): bf16 is prepared before the reference arm is recorded.
+    study, executor, _ = run(tmp_path, {"reference": {"dtype": "float32", "max_num_seqs": 2},
+                                        "max_token_mismatch": 0.05},
+                             baselines=[{"name": "bf16-fast", "engine": "vllm",
+                                         "params": {"dtype": "bfloat16", "max_num_seqs": 64}}],
+                             n_trials=2, slots=2)
+    assert executor.roles == {0: "reference", 1: "candidate"}
+    fast = by_arm(study)["bf16-fast"]
+    record = fast.user_attrs[schema.QUALITY]
+    assert record["reference_trial"] == 0 and record["metrics"]["token_mismatch"] == 0.125
+    assert record["not_measured"]["top1_agreement"].startswith("probed before the study had its reference")
+    assert schema.status(fast) == "quality-failed"
 
 
 def test_a_refused_config_violates_every_quality_bound(tmp_path):
