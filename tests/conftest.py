@@ -28,6 +28,12 @@ def transformers_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def lm_eval_bin() -> Path:
+    return _engine_or_skip(cache_dir() / "tools" / "lm-eval" / "bin" / "lm-eval",
+                           "lm-evaluation-harness")
+
+
+@pytest.fixture(scope="session")
 def tiny_model_path() -> Path:
     path = cache_dir() / "models" / "tiny-qwen3"
     if not tiny_model.is_built(path):

@@ -184,3 +184,111 @@ def refused_trial(params: dict, cls: str, evidence: str, arm: str = "search") ->
 
 
 ENV = {"host": "h", "device": "cpu-avx2", "engine_version": "0.32.0", "gpus": []}
+
+
+def lm_eval_task(tmp_path: Path) -> Path:
+    """A folder holding the bundled local lm-eval task (tests/data/lm_eval), its data file named by
+    absolute path: ``quality.lm_eval.include_path`` for task ``tuner_tiny_python``."""
+    folder = tmp_path / "lm-eval-tasks"
+    folder.mkdir()
+    data = DATA / "lm_eval" / "tiny_python.jsonl"
+    text = (DATA / "lm_eval" / "tuner_tiny_python.yaml").read_text()
+    (folder / "tuner_tiny_python.yaml").write_text(text.replace("DATA_FILE", str(data)))
+    return folder
+
+
+def quality_space(tmp_path: Path, quality: dict, *, baselines: list | None = None,
+                  n_trials: int = 3, name: str = "quality") -> Path:
+    """cpu-smoke with dtype searched and a quality section, for studies whose trials an
+    ``AnsweringExecutor`` answers (the command is this Python: nothing is launched)."""
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["name"] = name
+    vllm = data["engines"]["vllm"]
+    vllm["command"] = [sys.executable]
+    vllm["params"] = {"dtype": {"type": "categorical", "choices": ["float32", "bfloat16"]},
+                      "max_num_seqs": {"type": "categorical", "choices": [2, 64]}}
+    data["quality"] = quality
+    data["baselines"] = baselines if baselines is not None else [
+        {"name": "reference-repeat", "engine": "vllm", "params": {"dtype": "float32", "max_num_seqs": 2}},
+        {"name": "bf16-fast", "engine": "vllm", "params": {"dtype": "bfloat16", "max_num_seqs": 64}}]
+    data["budget"]["n_trials"] = n_trials
+    data.pop("evaluation_workloads", None)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+class AnsweringExecutor:
+    """An executor that launches nothing: each trial's throughput comes from its max_num_seqs, and
+    its probe answers (token ids per prompt) from its dtype, compared by the real probe code
+    (tuner.trial.quality.compare) in the role the driver gave the trial, as from an engine that
+    returns no logprobs. ``lm_eval``: lm-eval's scores per dtype."""
+
+    def __init__(self, answers: dict[str, list[list[int]]], *, lm_eval: dict | None = None,
+                 slots: int = 1) -> None:
+        """``slots`` > 1: trials are prepared before earlier ones are recorded, as on Ray."""
+        self.answers, self.lm_eval, self.slots = answers, lm_eval or {}, slots
+        self.pending: list = []
+        self.roles: dict[int, str] = {}
+
+    def submit(self, task, hooks):
+        self.pending.append(task)
+        return task.number
+
+    def wait(self):
+        from tuner.configs.translate import build_plan
+        from tuner.engines.spec import load_engine
+        from tuner.study.executors import Finished
+        from tuner.trial.runner import TrialOutcome
+
+        task = self.pending.pop(0)
+        plan = build_plan(load_engine(task.engine), task.space.engines[task.engine],
+                          task.space.model, task.knobs, port=1)
+        task.trial_dir.mkdir(parents=True, exist_ok=True)
+        (task.trial_dir / "server.log").write_text("answered without an engine\n")
+        outcome = TrialOutcome(plan=plan, log_path=task.trial_dir / "server.log")
+        seqs = task.knobs.get("max_num_seqs", 128)
+        outcome.metrics = {"completed": 16, "failed": 0, "total_token_throughput": 100.0 * seqs}
+        outcome.workload_metrics = {task.space.workload.name: outcome.metrics}
+        self.roles[task.number] = task.quality.role
+        outcome.quality, outcome.quality_answers = self._probe(task)
+        return Finished(task.number, outcome)
+
+    def _probe(self, task) -> tuple[dict, list[dict]]:
+        from tuner.trial.quality import (
+            CANDIDATE,
+            SAME_PRECISION,
+            Answer,
+            add_lm_eval,
+            compare,
+        )
+
+        probe = task.quality
+        if probe.role == SAME_PRECISION:
+            return {"role": probe.role, "skipped": probe.why}, []
+        dtype = task.knobs.get("dtype", "bfloat16")
+        answers = [Answer("", list(t), True, [1, 2, 3]) for t in self.answers[dtype]]
+        record = {"role": probe.role, "prompts": len(answers)}
+        if probe.role == CANDIDATE and probe.reference:
+            record["reference_trial"] = probe.reference["trial"]
+            reference = [Answer(**a) for a in probe.reference["answers"]]
+        elif probe.role == CANDIDATE:
+            return ({**record, "not_measured": {"token_mismatch": "no reference answers"}},
+                    [a.to_json() for a in answers])
+        else:
+            reference = answers
+        metrics, not_measured = compare(reference, answers, None, "engine returns no logprobs",
+                                        None)
+        record.update(metrics=metrics, not_measured=not_measured)
+        if dtype in self.lm_eval:
+            add_lm_eval(record, self.lm_eval[dtype], probe)
+        return record, [a.to_json() for a in answers]
+
+    def cancel(self, keys):
+        self.pending.clear()
+
+    def reap(self):
+        return []
+
+    def close(self):
+        pass

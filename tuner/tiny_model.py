@@ -7,9 +7,12 @@ carries (the standard library's own sources), and the model is only a config. En
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sysconfig
 from pathlib import Path
+
+from tuner.errors import InputError
 
 VOCAB_SIZE = 8192
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -99,6 +102,51 @@ def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bf
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+
+
+def fp8_variant_missing() -> str | None:
+    """Why this machine cannot write an FP8 variant (a package is missing), or None."""
+    missing = [m for m in ("torch", "torchao", "transformers") if importlib.util.find_spec(m) is None]
+    return (f"an FP8 variant needs {', '.join(missing)} (pip install torchao for the FP8 "
+            "quantizer)") if missing else None
+
+
+def save_fp8_variant(src: Path, dst: Path, *, device: str = "cuda") -> Path:
+    """A pre-quantized FP8 copy of a built model with weights, for ``model.variants: {fp8: DST}``.
+
+    torchao's ``Float8DynamicActivationFloat8WeightConfig`` (FP8 weights, FP8 activations scaled
+    per call) through transformers' ``TorchAoConfig``: the FP8 that runs offline on an H200
+    (real-engines.md 5; transformers' own fine-grained FP8 fetches its kernels from the Hub at run
+    time). transformers serve loads the folder like any checkpoint. Needs torch, transformers and
+    torchao; FP8 matmuls need a GPU of compute capability 8.9 or newer.
+    """
+    try:
+        import torch
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig
+        from transformers import AutoModelForCausalLM, TorchAoConfig
+    except ImportError as exc:
+        raise InputError(f"{fp8_variant_missing() or 'an FP8 variant cannot be written'} "
+                         f"({exc})") from None
+    dst = dst.expanduser().resolve()
+    if (dst / "config.json").exists():
+        raise FileExistsError(f"{dst} already holds a model (config.json); remove it first")
+    quantization = TorchAoConfig(Float8DynamicActivationFloat8WeightConfig())
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16, device_map=device,
+                                                 quantization_config=quantization)
+    tmp = dst.with_name(dst.name + ".partial")
+    if tmp.exists():
+        import shutil
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    for name in ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json", "chat_template.jinja"):
+        if (src / name).exists():
+            (tmp / name).write_bytes((src / name).read_bytes())
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    tmp.rename(dst)
+    return dst
 
 
 def qwen3_tensor_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:

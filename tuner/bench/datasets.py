@@ -272,6 +272,24 @@ def sample_sharegpt(
     return samples
 
 
+def sample_prompts(path: str | os.PathLike[str], tokenizer: Any, n: int, *, seed: int,
+                   max_prompt_len: int) -> list[str]:
+    """``n`` distinct first turns of a ShareGPT file, ``SHAREGPT_MIN_LEN`` to ``max_prompt_len``
+    tokens, drawn with their own ``random.Random(seed)``: the same prompts for every trial of a
+    study, whatever else used the global generator (the quality probe's fixed prompt set)."""
+    turns = list(dict.fromkeys(t for e in _read_sharegpt(path)
+                               if (t := _turn_text(e["conversations"][0]))))
+    random.Random(seed).shuffle(turns)
+    with _quiet_transformers():
+        fit = [t for t in turns
+               if SHAREGPT_MIN_LEN <= len(tokenizer(t).input_ids) <= max_prompt_len][:n]
+    if len(fit) < n:
+        raise BenchInputError(
+            f"ShareGPT file {os.fspath(path)!r} has {len(fit)} distinct first turns of "
+            f"{SHAREGPT_MIN_LEN}-{max_prompt_len} tokens; {n} asked for")
+    return fit
+
+
 def _read_sharegpt(path: str | os.PathLike[str]) -> list[dict]:
     try:
         text = read_text(Path(path).expanduser(), "ShareGPT file")

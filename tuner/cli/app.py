@@ -68,6 +68,9 @@ class _ProgressReporter:
                    f"{_short(t.user_attrs.get('failure_evidence') or t.user_attrs.get('failure_reason'))}")
         elif label == "slo-violated":
             msg = f"[yellow]SLO violated[/] {t.user_attrs.get('slo_slack')}"
+        elif label == "quality-failed":
+            msg = (f"[yellow]quality guardrail failed[/] "
+                   f"{results.describe_quality(t.user_attrs.get(schema.QUALITY))}")
         elif label in ("pruned", "screened-out"):
             msg = f"[yellow]{label}[/] {t.user_attrs.get('pruned_reason', '')}"
         elif label == "reused":
@@ -235,8 +238,11 @@ def status(
     table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, "
                         f"objective {metric}", title_justify="left")
     table.add_column("#", no_wrap=True, min_width=3, justify="right")
-    for col in ("arm", "state", "value", *params, "p99 TTFT ms", "mean TPOT ms", "failure"):
-        table.add_column(col, no_wrap=True, max_width=28 if col == "failure" else 16,
+    quality = handle.space.quality is not None
+    cols = ("arm", "state", "value", *(["quality"] if quality else []), *params, "p99 TTFT ms",
+            "mean TPOT ms", "failure")
+    for col in cols:
+        table.add_column(col, no_wrap=True, max_width={"failure": 28, "quality": 48}.get(col, 16),
                          min_width=9 if col in ("value", "state") else None)
     for t in trials:
         ua = t.user_attrs
@@ -245,6 +251,7 @@ def status(
         failure = (ua.get(schema.FAILURE_CLASS) or ua.get(schema.PRUNED_RULE) or ua.get(schema.HARNESS_ERROR)
                    or (f"= trial {ua[schema.REUSED_FROM]}" if schema.REUSED_FROM in ua else ""))
         table.add_row(str(t.number), ua.get(schema.ARM, ""), schema.status(t), value,
+                      *([results.describe_quality(ua.get(schema.QUALITY))] if quality else []),
                       *(_param(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
                       _fmt(ua.get("mean_tpot_ms")), failure)
     console.print(table)
@@ -293,6 +300,8 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
     console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
                   f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
                   highlight=False)
+    if handle.space.quality is not None:
+        console.print(f"quality: {results.quality_summary(ua.get(schema.QUALITY))}", highlight=False)
     base = results.baseline_config(handle.study)
     if base is None:
         console.print("no feasible baseline to compare with")
@@ -327,11 +336,14 @@ def _print_pareto(handle: study_mod.StudyHandle) -> bool:
     if not front:
         console.print("[yellow]no feasible trial yet[/]")
         return False
+    quality = handle.space.quality is not None
     table = Table(title="Pareto front (feasible trials)", title_justify="left")
-    for col in ("#", "arm", *(f"{t.metric} ({t.direction[:3]})" for t in targets), "config"):
+    for col in ("#", "arm", *(f"{t.metric} ({t.direction[:3]})" for t in targets),
+                *(["quality"] if quality else []), "config"):
         table.add_column(col)
     for t in front:
         table.add_row(str(t.number), t.user_attrs.get(schema.ARM, ""), *(f"{v:,.2f}" for v in t.values),
+                      *([results.describe_quality(t.user_attrs.get(schema.QUALITY))] if quality else []),
                       " ".join(f"{k}={v}" for k, v in t.params.items()))
     console.print(table)
     for t in front:
@@ -388,11 +400,20 @@ def model_tiny(
     weights: bool = typer.Option(True, "--weights/--no-weights", help="Also save random weights: "
                                  "vLLM needs none (--load-format dummy), transformers serve does."),
     device: str = typer.Option("cpu", help="Where to create the random weights (cuda with torch)."),
+    fp8_variant: Optional[Path] = typer.Option(
+        None, "--fp8-variant", help="Also write a torchao FP8 copy of the weights to this folder "
+        "(needs torchao and an SM 8.9+ GPU; list it under model.variants as fp8)."),
 ) -> None:
     """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
     from tuner import tiny_model
     if shape not in tiny_model.SHAPES:
         fail(f"unknown shape {shape!r}; choose one of {', '.join(tiny_model.SHAPES)}")
+    if fp8_variant is not None and not weights:
+        fail("--fp8-variant quantizes the random weights: leave out --no-weights")
+    if fp8_variant is not None and (why := tiny_model.fp8_variant_missing()):
+        fail(f"--fp8-variant: {why}")
+    if fp8_variant is not None and (fp8_variant / "config.json").exists():
+        fail(f"{fp8_variant} already holds a model (config.json); remove it first")
     try:
         out = tiny_model.build(path, config=tiny_model.qwen3_config(**tiny_model.SHAPES[shape]))
     except FileExistsError as exc:
@@ -400,6 +421,9 @@ def model_tiny(
     if weights:
         tiny_model.save_random_weights(out, device=device)
     console.print(f"model written to {out}")
+    if fp8_variant is not None:
+        variant = tiny_model.save_fp8_variant(out, fp8_variant, device=device)
+        console.print(f"FP8 (torchao) variant written to {variant}")
 
 
 for _module in (bench_command, plan, dashboard, evaluate, report_command, ops):

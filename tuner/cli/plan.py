@@ -16,7 +16,16 @@ from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
 from tuner.errors import InputError
 from tuner.estimate import Estimate, get_estimator
-from tuner.space import Param, Scalar, load_space, model_path_problems
+from tuner.record.schema import QUALITY_REFERENCE_ARM
+from tuner.space import (
+    QUALITY_METRICS,
+    Param,
+    Scalar,
+    Space,
+    load_space,
+    model_path_problems,
+    reference_precision,
+)
 
 
 def _describe_param(p: Param) -> str:
@@ -65,6 +74,8 @@ def render(report: PlanReport, console: Console) -> None:
                   f"{rate}, longest prompt {w['max_prompt_len']} tokens; objective "
                   f"{s.objective.direction} {s.objective.metric}; budget {s.budget.n_trials} trials",
                   highlight=False)
+    if s.quality is not None:
+        _render_quality(s, console)
 
     table = Table(title="search space", title_justify="left", show_lines=False)
     for col in ("engine", "knob", "engine flag", "values", "default"):
@@ -101,6 +112,25 @@ def render(report: PlanReport, console: Console) -> None:
                           "measurement)[/]", highlight=False)
             for c in ep.predicted_top:
                 _render_config(c, console)
+
+
+def _render_quality(s: Space, console: Console) -> None:
+    """The guardrail: what the reference is, what each trial is held to, what cannot be measured."""
+    q = s.quality
+    bounds = ", ".join(f"{m} {'<=' if QUALITY_METRICS[m][0] == 'max' else '>='} {v:g}"
+                       for m, v in q.bounds().items())
+    if q.lm_eval is not None:
+        bounds += (", " if bounds else "") + (f"lm-eval {','.join(q.lm_eval.tasks)} drop <= "
+                                              f"{q.lm_eval.max_drop:g}")
+    precision = reference_precision(s)
+    no_logprobs = [e for e in s.engines if not load_engine(e).quality_probe.logprobs]
+    console.print(
+        f"[bold]quality[/] reference arm {QUALITY_REFERENCE_ARM} ({precision['engine']}, dtype "
+        f"{precision['dtype']}, quantization {precision['quantization']}, KV cache "
+        f"{precision['kv_cache_dtype']}) runs first; other precisions answer {q.prompts} prompts x "
+        f"{q.max_tokens} tokens greedy after their benchmark; bounds: {bounds or 'none (recorded only)'}"
+        + (f"; no logprobs from {', '.join(no_logprobs)}: tokens compared only" if no_logprobs else ""),
+        highlight=False)
 
 
 def _render_config(c: PlannedConfig, console: Console) -> None:

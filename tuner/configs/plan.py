@@ -19,7 +19,7 @@ from tuner.engines.conditions import Verdict
 from tuner.engines.hardware import Hardware
 from tuner.engines.spec import load_engine
 from tuner.estimate import Estimate, Estimator
-from tuner.space import ENGINE_PARAM, Scalar, Space, baseline_params
+from tuner.space import ENGINE_PARAM, Scalar, Space, arms, baseline_params
 from tuner.space.suggest import sample_configs
 
 PLAN_PORT = 8000  # the real port is picked per trial
@@ -112,7 +112,7 @@ def _engine_plan(space: Space, hardware: Hardware, engine: str, n_samples: int, 
     spec = load_engine(engine)
     choice = space.engines[engine]
     configs = []
-    baselines = [b for b in space.baselines if b.engine == engine]
+    baselines = [b for b in arms(space) if b.engine == engine]
     for b in baselines:
         params, omitted = baseline_params(space, b)
         params.pop(ENGINE_PARAM, None)

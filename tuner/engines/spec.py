@@ -150,6 +150,25 @@ class Metrics(_Strict):
     histograms: dict[str, list[str]] = {}
 
 
+class QualityProbe(_Strict):
+    """What the quality probe (tuner/trial/quality.py) can ask of the engine's /v1/completions.
+
+    Without logprobs the probe compares generated tokens only; metrics that need logprobs are
+    recorded "not measured" on this engine (and violate their bound), never passed.
+    """
+
+    logprobs: bool = False               # top-k logprobs of given tokens (teacher forcing)
+    score_field: str | None = None       # the request field asking for them (vLLM: prompt_logprobs)
+    token_ids_field: str | None = None   # the request field that returns prompt and output token ids
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _score_field(self) -> "QualityProbe":
+        if self.logprobs and not self.score_field:
+            raise ValueError("logprobs: true needs score_field (the request field that scores tokens)")
+        return self
+
+
 class EngineSpec(_Strict):
     name: str
     display_name: str
@@ -181,6 +200,7 @@ class EngineSpec(_Strict):
     # do not log it (SGLang).
     version_path: str | None = None
     version_key: str = "version"
+    quality_probe: QualityProbe = QualityProbe()
 
     @model_validator(mode="after")
     def _check_references(self) -> "EngineSpec":

@@ -90,9 +90,35 @@ def best_config(study: optuna.Study) -> ConfigStats | None:
 
 
 def baseline_config(study: optuna.Study) -> ConfigStats | None:
-    """The first baseline arm with a feasible measurement."""
+    """The first baseline arm with a feasible measurement; the quality reference arm only when no
+    baseline of the space served (it is a precision anchor, not a tuning baseline)."""
     groups = [g for g in group_configs(study) if g.arm != "search"]
-    return min(groups, key=lambda g: g.first.number) if groups else None
+    return min(groups, key=lambda g: (g.arm == schema.QUALITY_REFERENCE_ARM, g.first.number),
+               default=None)
+
+
+def describe_quality(record: dict | None) -> str:
+    """A trial's quality verdict in a few words, for tables (the full record is user attr
+    ``quality``): the reference, not probed, not measured, or the token mismatch and any bound
+    it broke."""
+    if not record:
+        return ""
+    if record.get("skipped"):
+        return "= reference precision"
+    metrics, slack = record.get("metrics") or {}, record.get("slack") or {}
+    failed = [name for name, value in slack.items() if value > 0]
+    missing = [name for name in failed if name in (record.get("not_measured") or {})
+               or (name == "lm_eval" and "error" in (record.get("lm_eval") or {}))]
+    if record.get("role") == "reference":
+        head = "reference"
+    elif "token_mismatch" in metrics:
+        head = f"mismatch {metrics['token_mismatch']:.3f}"
+    else:
+        head = "not measured"
+    if missing:
+        return f"{head}; not measured: {', '.join(missing)}"
+    broke = [name for name in failed if name not in missing]
+    return head + (f"; over bound: {', '.join(broke)}" if broke else "")
 
 
 @dataclass(frozen=True)
@@ -166,3 +192,19 @@ def model_pick(study: optuna.Study, arm: str = "model-pick") -> ModelPick | None
     if predicted is None:
         return None
     return ModelPick(float(predicted), groups[0].median, best.median)
+
+def quality_summary(record: dict | None) -> str:
+    """A feasible config's quality against the reference, in one line: every metric measured (and
+    lm-eval's drop per task); the guardrail passed, or the config would not be shown."""
+    if not record:
+        return "not recorded"
+    if record.get("skipped"):
+        return f"not probed: {record['skipped']}"
+    metrics = record.get("metrics") or {}
+    parts = [f"{name} {value:.3f}" for name, value in metrics.items()]
+    scores = record.get("lm_eval") or {}
+    for task, drop in (scores.get("drop") or {}).items():
+        parts.append(f"lm-eval {task} drop {drop:+.3f}")
+    who = ("this is the reference" if record.get("role") == "reference"
+           else f"vs reference trial {record.get('reference_trial')}")
+    return f"{', '.join(parts) or 'nothing measured'} ({who}; guardrail passed)"

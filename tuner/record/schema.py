@@ -19,10 +19,12 @@ READY = "ready"                    # set last by the creator: joiners wait for i
 LINKED_FROM = "linked_from"        # a study for new hardware, warm-started from this one
 PRIOR = "prior"                    # where the search's prior knowledge came from
 WARM_START = "warm_start"          # studies whose best configs were queued first
+QUALITY_REFERENCE = "quality_reference"  # the reference arm's probe answers, compared against
 
 # ---- trial attrs: what ran ---------------------------------------------------------------------
 ARM = "arm"                        # "search", or a baseline's name
 SEARCH = "search"
+QUALITY_REFERENCE_ARM = "quality-reference"  # the arm whose answers the quality probe compares with
 ENGINE = "engine"
 OMIT = "omit"                      # knobs left to the engine's defaults
 KNOBS = "knobs"

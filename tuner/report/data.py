@@ -43,6 +43,7 @@ class TrialRow:
     p99_ttft_ms: float | None
     mean_tpot_ms: float | None
     failure: str
+    quality: str = ""  # the quality guardrail's verdict (results.describe_quality)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class ReportData:
     importances: dict[str, float] = field(default_factory=dict)
     importance_note: str = ""
     notes: list[str] = field(default_factory=list)
+    quality: bool = False     # the study has a quality guardrail: tables show its column
+    best_quality: str = ""    # the winner's quality against the reference
 
     @property
     def params(self) -> list[str]:
@@ -127,7 +130,8 @@ def trial_row(t: FrozenTrial) -> TrialRow:
     values = t.values if schema.is_feasible(t) else None
     value = None if not values else values[0] if len(values) == 1 else tuple(values)
     return TrialRow(t.number, ua.get(schema.ARM, "search"), schema.status(t), value,
-                    dict(t.params), ua.get("p99_ttft_ms"), ua.get("mean_tpot_ms"), str(failure))
+                    dict(t.params), ua.get("p99_ttft_ms"), ua.get("mean_tpot_ms"), str(failure),
+                    results.describe_quality(ua.get(schema.QUALITY)))
 
 
 def feasible_copy(study: optuna.Study) -> optuna.Study:
@@ -178,11 +182,22 @@ def _failures(trials: list[FrozenTrial]) -> list[FailureGroup]:
             for metric, slack in (ua.get(schema.SLO_SLACK) or {}).items():
                 if slack > 0:
                     groups.setdefault(("slo-violated", metric), []).append(t)
+            for metric, slack in ((ua.get(schema.QUALITY) or {}).get("slack") or {}).items():
+                if slack > 0:
+                    groups.setdefault(("quality-failed", metric), []).append(t)
     out = []
     for (kind, cls), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         if kind == "slo-violated":
             over = [m.user_attrs[schema.SLO_SLACK][cls] for m in members]
             reason = f"over its bound by {min(over):,.1f} to {max(over):,.1f} (worst workload)"
+        elif kind == "quality-failed":
+            records = [m.user_attrs[schema.QUALITY] for m in members]
+            unmeasured = [r["not_measured"][cls] for r in records
+                          if cls in (r.get("not_measured") or {})]
+            over = [r["slack"][cls] for r in records if cls not in (r.get("not_measured") or {})]
+            reason = "; ".join(
+                ([f"past its bound by {min(over):.3f} to {max(over):.3f}"] if over else [])
+                + [f"not measured: {u}" for u in dict.fromkeys(unmeasured)])
         else:
             key = "failure" if kind == "infeasible" else "pruned"
             reason = next((m.user_attrs.get(f"{key}_reason") for m in members
@@ -356,4 +371,7 @@ def build(study: optuna.Study) -> ReportData:
         importances=imp,
         importance_note=imp_note,
         notes=notes,
+        quality=bool((study.user_attrs.get(schema.SPACE) or {}).get("quality")),
+        best_quality=(results.quality_summary(winner.user_attrs.get(schema.QUALITY))
+                      if winner else ""),
     )

@@ -28,7 +28,7 @@ th,td{border:1px solid #d5d9e0;padding:.25rem .5rem;text-align:left;vertical-ali
 th{background:#f1f3f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .good{color:#11772d;font-weight:600}.bad{color:#b3261e;font-weight:600}
 pre{background:#f6f8fa;border:1px solid #d5d9e0;padding:.6rem;white-space:pre-wrap;word-break:break-all}
-.plot{min-height:420px}.ok{color:#11772d}.infeasible,.error{color:#b3261e}.pruned{color:#8a6d00}
+.plot{min-height:420px}.ok{color:#11772d}.infeasible,.error,.quality-failed{color:#b3261e}.pruned{color:#8a6d00}
 """
 
 
@@ -112,10 +112,10 @@ def _change_cell(text: str, pct: float | None, low: float | None, high: float | 
     return _Raw(f'<span class="{cls}">{_e(text)}</span>')
 
 
-def _trial_cells(t: TrialRow, params: list[str]) -> list[Any]:
+def _trial_cells(t: TrialRow, params: list[str], quality: bool) -> list[Any]:
     return [t.number, t.arm, _Raw(f'<span class="{t.status}">{_e(t.status)}</span>'), fmt(t.value),
-            *(t.params.get(p, "") for p in params), fmt(t.p99_ttft_ms), fmt(t.mean_tpot_ms),
-            t.failure]
+            *([t.quality] if quality else []), *(t.params.get(p, "") for p in params),
+            fmt(t.p99_ttft_ms), fmt(t.mean_tpot_ms), t.failure]
 
 
 def render(study: optuna.Study, data: ReportData) -> str:
@@ -137,6 +137,8 @@ def render(study: optuna.Study, data: ReportData) -> str:
                      f" = <b>{_e(fmt(best_value(data)))}</b>{_e(runs_note(data))}; "
                      + _e(", ".join(f"{k}={v}" for k, v in b.params.items())) + "</p>")
         parts.append(f"<pre><code>{_e(data.best_command or '(no command recorded)')}</code></pre>")
+        if data.quality:
+            parts.append(f"<p>Quality against the reference precision: {_e(data.best_quality)}.</p>")
 
     parts.append('<h2 id="workloads">Per workload: baseline vs best</h2>')
     if data.workload_rows:
@@ -183,9 +185,10 @@ def render(study: optuna.Study, data: ReportData) -> str:
 
     parts.append('<h2 id="trials">All trials</h2>')
     params = data.params
-    parts.append(_table(["#", "arm", "status", data.objective, *params, "p99 TTFT ms",
+    parts.append(_table(["#", "arm", "status", data.objective,
+                         *(["quality"] if data.quality else []), *params, "p99 TTFT ms",
                          "mean TPOT ms", "failure"],
-                        [_trial_cells(t, params) for t in data.trials], {3}, "trials"))
+                        [_trial_cells(t, params, data.quality) for t in data.trials], {3}, "trials"))
 
     parts.append('<h2 id="environment">Environment of the winner</h2>')
     if data.environment:

@@ -62,6 +62,8 @@ def render(data: ReportData) -> str:
                 f"**{fmt(best_value(data))}**{runs_note(data)}; "
                 + ", ".join(f"{k}={v}" for k, v in b.params.items()), "",
                 "```bash", data.best_command or "(no command recorded)", "```", ""]
+        if data.quality:
+            out += [f"Quality against the reference precision: {data.best_quality}.", ""]
 
     out += ["## Per workload: baseline vs best", ""]
     if data.workload_rows:
@@ -102,11 +104,13 @@ def render(data: ReportData) -> str:
                         for r in data.telemetry]), ""]
 
     params = data.params
+    quality = ["quality"] if data.quality else []
     out += ["## All trials", "",
-            _table(["#", "arm", "status", data.objective, *params, "p99 TTFT ms", "mean TPOT ms",
-                    "failure"],
-                   [[t.number, t.arm, t.status, fmt(t.value), *(t.params.get(p, "") for p in params),
-                     fmt(t.p99_ttft_ms), fmt(t.mean_tpot_ms), t.failure] for t in data.trials]),
+            _table(["#", "arm", "status", data.objective, *quality, *params, "p99 TTFT ms",
+                    "mean TPOT ms", "failure"],
+                   [[t.number, t.arm, t.status, fmt(t.value), *([t.quality] if quality else []),
+                     *(t.params.get(p, "") for p in params), fmt(t.p99_ttft_ms),
+                     fmt(t.mean_tpot_ms), t.failure] for t in data.trials]),
             ""]
 
     out += ["## Environment of the winner", ""]

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tuner.engines.runtimes import TUNER_SET_FLAGS
 from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
+from tuner.record.schema import QUALITY_REFERENCE_ARM
+from tuner.space.precision import PRECISION_KNOBS, precision_of
 
 Scalar = bool | int | float | str
 
@@ -247,6 +249,88 @@ class Baseline(_Strict):
     check_rules: bool = True
 
 
+# The quality probe's metrics: (bound kind, needs logprobs). A bound is ``<kind>_<metric>`` in the
+# space's quality section; the constraint it becomes is ``quality:<metric>``.
+QUALITY_METRICS: dict[str, tuple[Literal["max", "min"], bool]] = {
+    "token_mismatch": ("max", False),    # share of generated token positions that differ
+    "exact_match": ("min", False),       # share of prompts answered token for token the same
+    "first_divergence": ("min", False),  # mean position of the first differing token
+    "top1_agreement": ("min", True),     # share of reference tokens the config also ranks first
+    "kl_divergence": ("max", True),      # mean KL(reference || config) over the reference's top-k
+}
+QUALITY_BOUNDS = {f"{kind}_{metric}": metric for metric, (kind, _) in QUALITY_METRICS.items()}
+
+
+class LmEval(_Strict):
+    """Task accuracy with lm-evaluation-harness (`lm-eval`, its local-completions model) against the
+    trial's own server; a config may lose at most ``max_drop`` of the reference's score per task."""
+
+    tasks: list[str] = Field(min_length=1)
+    limit: int | None = Field(None, gt=0)        # documents per task
+    max_drop: float = Field(0.01, ge=0)
+    num_fewshot: int | None = Field(None, ge=0)
+    include_path: str | None = None              # a folder of your own task YAMLs
+    command: list[str] | None = None             # default: lm-eval beside this Python, else on PATH
+    model_args: dict[str, Scalar] = {}           # more local-completions model_args
+    env: dict[str, str] = {}                     # e.g. HF_DATASETS_OFFLINE: "1"
+    num_concurrent: int = Field(4, ge=1)
+    timeout_s: float = Field(1800, gt=0)
+
+
+class Quality(_Strict):
+    """The quality guardrail: every config whose precision differs from the reference's answers a
+    fixed prompt set (greedy, ``max_tokens`` new tokens) after its benchmark, and is compared with
+    the reference arm's answers; ``max_*``/``min_*`` bounds become the constraints ``quality:<metric>``.
+    """
+
+    # Knob values of the reference arm (run first). Its precision knobs (dtype, quantization,
+    # kv_cache_dtype) define the reference precision; unset ones are the checkpoint's (BF16 here).
+    reference: dict[str, Scalar] = {}
+    prompts: int = Field(64, ge=1, le=400)          # drawn from the bundled ShareGPT sample
+    max_tokens: int = Field(32, ge=1, le=1024)
+    max_prompt_tokens: int = Field(256, ge=SHAREGPT_MIN_LEN, le=SHAREGPT_MAX_PROMPT_LEN)
+    seed: int = 0
+    concurrency: int = Field(8, ge=1)               # probe requests in flight at once
+    top_logprobs: int = Field(5, ge=1, le=20)
+    timeout_s: float = Field(600, gt=0)
+    # Also probe configs with the reference's precision: their numbers are the probe's noise floor.
+    probe_reference: bool = False
+    max_token_mismatch: float | None = Field(None, ge=0, le=1)
+    min_exact_match: float | None = Field(None, ge=0, le=1)
+    min_first_divergence: float | None = Field(None, ge=0)
+    min_top1_agreement: float | None = Field(None, ge=0, le=1)
+    max_kl_divergence: float | None = Field(None, ge=0)
+    lm_eval: LmEval | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: object) -> object:
+        if isinstance(data, dict):
+            unknown = [k for k in data if k not in cls.model_fields]
+            if unknown:
+                raise ValueError(
+                    f"unknown quality key {unknown[0]!r}; metric bounds: "
+                    f"{', '.join(QUALITY_BOUNDS)}; settings: "
+                    f"{', '.join(k for k in cls.model_fields if k not in QUALITY_BOUNDS)}")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "Quality":
+        if self.min_first_divergence is not None and self.min_first_divergence > self.max_tokens:
+            raise ValueError(f"min_first_divergence ({self.min_first_divergence:g}) is more than "
+                             f"max_tokens ({self.max_tokens}): no config could meet it")
+        return self
+
+    def bounds(self) -> dict[str, float]:
+        """metric → bound, for the bounds the space sets."""
+        return {metric: value for key, metric in QUALITY_BOUNDS.items()
+                if (value := getattr(self, key)) is not None}
+
+    def constraint_names(self) -> list[str]:
+        names = list(self.bounds())
+        return names + (["lm_eval"] if self.lm_eval else [])
+
+
 class Space(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
@@ -263,6 +347,7 @@ class Space(_Strict):
     sampler: str = "tpe"  # a name in tuner.study.samplers.SAMPLERS, checked when the study is made
     fidelity: Fidelity | None = None
     prior: Prior | None = None
+    quality: Quality | None = None
     seed: int | None = None
 
     def all_workloads(self) -> list[Workload]:
@@ -300,7 +385,53 @@ class Space(_Strict):
             raise ValueError("max_load works on one workload, without fidelity screening")
         if self.sampler == "greedy" and self.objective.multi:
             raise ValueError("sampler greedy needs a single objective")
+        if self.quality is not None:
+            self._check_quality(self.quality)
         return self
+
+    def _check_quality(self, quality: Quality) -> None:
+        """The reference arm must be launchable as written, and logprob bounds measurable."""
+        if any(b.name == QUALITY_REFERENCE_ARM for b in self.baselines):
+            raise ValueError(f"baseline name {QUALITY_REFERENCE_ARM!r} is the quality guardrail's "
+                             "own arm; rename the baseline")
+        engine, choice = next(iter(self.engines.items()))
+        knobs = load_engine(engine).knobs
+        model = self.model.resolved_path()
+        for name, value in quality.reference.items():
+            where = f"quality.reference.{name}"
+            if name not in knobs:
+                raise ValueError(f"{where}: engine {engine!r} (the reference arm's, the space's "
+                                 f"first) has no knob {name!r}")
+            if name in choice.params:
+                _check_value(where, value, choice.params[name])
+            elif name in choice.fixed:
+                if choice.fixed[name] != value:
+                    raise ValueError(f"{where} is {value!r}, but engines.{engine}.fixed holds it at "
+                                     f"{choice.fixed[name]!r}; search it (params) or drop it here")
+            elif (name not in PRECISION_KNOBS or precision_of(engine, {name: value}, model)
+                  != precision_of(engine, {}, model)):
+                raise ValueError(f"{where} is {value!r}, but engine {engine!r} neither searches "
+                                 f"nor fixes {name}: add it to engines.{engine}.params or fixed")
+        needs_logprobs = [f"{QUALITY_METRICS[m][0]}_{m}" for m in quality.bounds()
+                          if QUALITY_METRICS[m][1]]
+        if needs_logprobs and not any(load_engine(e).quality_probe.logprobs for e in self.engines):
+            sources = "; ".join(f"{e}: {load_engine(e).quality_probe.source or 'no logprobs'}"
+                                for e in self.engines)
+            raise ValueError(
+                f"quality.{needs_logprobs[0]} needs logprobs, which no engine of this space returns "
+                f"({sources}); bound token_mismatch, exact_match or first_divergence instead")
+
+
+def _check_value(where: str, value: Scalar, param: Param) -> None:
+    if param.type == "categorical":
+        ok = any(value == c and type(value) is type(c) for c in param.choices)
+    elif param.type == "bool":
+        ok = isinstance(value, bool)
+    else:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and param.low <= value <= param.high)
+    if not ok:
+        raise ValueError(f"{where} is {value!r}, outside the values the space searches for it")
 
 
 

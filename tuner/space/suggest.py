@@ -8,7 +8,9 @@ import math
 import numpy as np
 import optuna
 
+from tuner.record.schema import QUALITY_REFERENCE_ARM
 from tuner.space.model import Baseline, Param, Scalar, Space
+from tuner.space.precision import precision_of
 
 ENGINE_PARAM = "engine"
 
@@ -112,3 +114,34 @@ def _draw(p: Param, rng: np.random.Generator) -> Scalar:
     if p.type == "int":
         return int(min(max(round(x), p.low), p.high))
     return round(min(max(x, low), high), 10)
+
+def reference_baseline(space: Space) -> Baseline | None:
+    """The quality guardrail's reference arm: the space's first engine with the reference's knob
+    values and the fixed knobs, everything else at the engine's defaults (as a baseline)."""
+    if space.quality is None:
+        return None
+    engine, choice = next(iter(space.engines.items()))
+    params = {**choice.fixed, **{k: v for k, v in space.quality.reference.items()
+                                 if k in choice.params or k in choice.fixed}}
+    return Baseline(name=QUALITY_REFERENCE_ARM, engine=engine, params=params)
+
+
+def arms(space: Space) -> list[Baseline]:
+    """Every control arm in launch order: the quality reference first (the probe of every later
+    trial compares with its answers), then the space's baselines."""
+    reference = reference_baseline(space)
+    return ([reference] if reference else []) + list(space.baselines)
+
+
+def config_precision(space: Space, engine: str, knobs: dict[str, Scalar]) -> dict[str, str]:
+    """The precision a launched config computes with (``knobs``: what the launch sets)."""
+    return precision_of(engine, knobs, space.model.resolved_path())
+
+
+def reference_precision(space: Space) -> dict[str, str] | None:
+    reference = reference_baseline(space)
+    if reference is None:
+        return None
+    choice = space.engines[reference.engine]
+    launched = {k: v for k, v in reference.params.items() if k in choice.params or k in choice.fixed}
+    return config_precision(space, reference.engine, launched)

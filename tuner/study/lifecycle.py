@@ -23,10 +23,11 @@ from tuner.record import results, schema
 from tuner.record.storage import load_optuna_study, open_storage, study_names
 from tuner.redact import redact_space
 from tuner.runtime.launcher import check_launchable
-from tuner.space import Space, baseline_params, space_from_dict
+from tuner.space import Space, arms, baseline_params, space_from_dict
 from tuner.study import knowledge
 from tuner.study.knowledge import Knowledge, merge, model_predictions, queue
 from tuner.study.samplers import sampler_for
+from tuner.trial import lm_eval
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What must match for measurements to be comparable; the host name may differ (resume elsewhere).
@@ -78,6 +79,8 @@ def fingerprint() -> dict:
 def _check_commands(space: Space) -> None:
     for engine, choice in space.engines.items():
         check_launchable(engine, choice)
+    if space.quality is not None and space.quality.lm_eval is not None:
+        lm_eval.check_tasks(space.quality.lm_eval)
 
 
 def create(space: Space, name: str, url: str, *, join: bool = False,
@@ -175,9 +178,9 @@ def link_new_hardware(handle: StudyHandle, top_k: int = 3) -> StudyHandle:
 
 
 def enqueue_baselines(handle: StudyHandle) -> None:
-    """Each baseline once per study, first in line."""
+    """Each control arm once per study, first in line: the quality reference, then the baselines."""
     present = {t.user_attrs.get(schema.ARM) for t in handle.study.get_trials(deepcopy=False)}
-    for b in handle.space.baselines:
+    for b in arms(handle.space):
         if b.name in present:
             continue
         params, omitted = baseline_params(handle.space, b)

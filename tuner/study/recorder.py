@@ -15,6 +15,7 @@ import psutil
 from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.bench import load_tokenizer
 from tuner.configs import rules
 from tuner.engines.hardware import Hardware, detect
 from tuner.errors import HarnessError
@@ -23,7 +24,8 @@ from tuner.record import schema
 from tuner.record.slo import metric_value, worst_slack
 from tuner.record.storage import artifact_store
 from tuner.redact import redact_argv, redact_env, redact_text, secret_values
-from tuner.space import Space
+from tuner.space import QUALITY_METRICS, Space
+from tuner.trial.quality import CANDIDATE, REFERENCE, compare_late
 from tuner.trial.runner import TrialOutcome
 
 SCREEN = "screen"
@@ -37,6 +39,18 @@ HEADLINE_METRICS = (
     "joules_per_output_token", "gpu_memory_peak_mib", "gpu_utilization_mean_pct",
     "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct",
 )
+
+
+def _lm_eval_slack(record: dict, max_drop: float) -> float:
+    """The worst task's drop minus ``max_drop``; scores that could not be compared: 1.0."""
+    scores = record.get("lm_eval")
+    if not scores or "drop" not in scores or "error" in scores:
+        if scores is not None:
+            scores.setdefault("error", "not measured")
+        else:
+            record["lm_eval"] = {"error": "not measured"}
+        return 1.0
+    return max(scores["drop"].values()) - max_drop
 
 
 def _telemetry_summary(t: dict) -> dict:
@@ -223,6 +237,8 @@ class TrialRecorder:
             self._upload(trial, outcome, secrets)
         if outcome.ok:  # a refused config gets all its constraints from refused_values
             trial.set_constraint("engine_start", 0.0)
+            if self.space.quality is not None and not outcome.screened_out:
+                self._record_quality(trial, outcome)
         objective = self.space.objective
         if screen is not None and not objective.multi:
             trial.report(float(screen.get(objective.metric, math.nan)), step=0)
@@ -253,8 +269,65 @@ class TrialRecorder:
         slos = ["max_load"] if objective.max_load is not None else list(objective.slos)
         for metric in slos:
             trial.set_constraint(f"slo:{metric}", 1.0)
+        for name in self.space.quality.constraint_names() if self.space.quality else []:
+            trial.set_constraint(schema.QUALITY_CONSTRAINT + name, 1.0)
         values = [self.pessimistic_value(i) for i in range(len(objective.targets()))]
         return values if objective.multi else values[0]
+
+    def _record_quality(self, trial: optuna.Trial, outcome: TrialOutcome) -> None:
+        """The probe's record and one constraint per bound: measured minus bound (``max_``) or
+        bound minus measured (``min_``); a bound the probe could not measure is violated (1.0).
+        The reference itself, and a config with its precision that was not probed, meet every
+        bound: they compute like the reference. The first reference's answers become the study's;
+        a reference arm whose probe failed leaves none and fails its bounds."""
+        quality = self.space.quality
+        record = dict(outcome.quality or {"role": "none",
+                                          "not_measured": {m: "the probe did not run"
+                                                           for m in QUALITY_METRICS}})
+        stored = self.study.user_attrs.get(schema.QUALITY_REFERENCE)
+        if record["role"] == REFERENCE and not stored and outcome.quality_answers:
+            self._store_reference(trial, outcome, record)
+        elif (stored and outcome.quality_answers and record["role"] in (REFERENCE, CANDIDATE)
+              and record.get("reference_trial") != stored["trial"]):
+            record = compare_late(record, outcome.quality_answers, stored,
+                                  load_tokenizer(self.space.model.resolved_tokenizer()))
+        anchor = "skipped" in record or record.get("reference_trial") == trial.number
+        measured, missing = record.get("metrics", {}), dict(record.get("not_measured", {}))
+        slack: dict[str, float] = {}
+        for metric, bound in quality.bounds().items():
+            kind = QUALITY_METRICS[metric][0]
+            if anchor:
+                slack[metric] = 0.0
+            elif metric in measured:
+                value = measured[metric]
+                slack[metric] = value - bound if kind == "max" else bound - value
+            else:
+                slack[metric] = 1.0
+                missing.setdefault(metric, "not measured")
+        if quality.lm_eval is not None:
+            slack["lm_eval"] = 0.0 if anchor else _lm_eval_slack(record, quality.lm_eval.max_drop)
+        if missing:
+            record["not_measured"] = missing
+        record["slack"] = slack
+        record["ok"] = all(v <= 0 for v in slack.values())
+        trial.set_user_attr(schema.QUALITY, record)
+        for name, value in slack.items():
+            trial.set_constraint(schema.QUALITY_CONSTRAINT + name, value)
+
+    def _store_reference(self, trial: optuna.Trial, outcome: TrialOutcome, record: dict) -> None:
+        """The study's reference, kept once (the first reference arm that answered every prompt);
+        also an artifact of the study, so an export carries it."""
+        reference = {"trial": trial.number, "engine": outcome.plan.engine,
+                     "knobs": outcome.plan.knobs, "answers": outcome.quality_answers,
+                     "lm_eval": record.get("lm_eval")}
+        self.study.set_user_attr(schema.QUALITY_REFERENCE, reference)
+        record["reference_trial"] = trial.number
+        if self.artifacts:
+            path = outcome.log_path.parent / "quality-reference.json"
+            path.write_text(json.dumps(reference))
+            upload_artifact(artifact_store=artifact_store(self.url, self.study.study_name),
+                            file_path=str(path), study_or_trial=self.study,
+                            mimetype="application/json")
 
     def _record_max_load(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
         """The value is the load; a config that meets the SLOs at no load is infeasible."""
@@ -297,9 +370,10 @@ class TrialRecorder:
                 log.write_text(redact_text(log.read_text(errors="replace"), secrets))
             upload_artifact(artifact_store=store, file_path=str(log), study_or_trial=trial,
                             mimetype="text/plain", encoding="utf-8")
-        if outcome.result_path and outcome.result_path.exists():
-            upload_artifact(artifact_store=store, file_path=str(outcome.result_path),
-                            study_or_trial=trial, mimetype="application/json")
+        for path in (outcome.result_path, outcome.quality_path):
+            if path and path.exists():
+                upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial,
+                                mimetype="application/json")
         launch = log.parent / "launch.json"
         launch.write_text(json.dumps({schema.ARGV: redact_argv(outcome.plan.argv),
                                       "env": redact_env(outcome.plan.env),

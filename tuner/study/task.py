@@ -11,10 +11,18 @@ import optuna
 from tuner.errors import HarnessError, InputError
 from tuner.record import schema
 from tuner.record.storage import trial_dir
-from tuner.space import Space, Workload, suggest
+from tuner.space import (
+    Scalar,
+    Space,
+    Workload,
+    config_precision,
+    reference_precision,
+    suggest,
+)
 from tuner.study.lifecycle import StudyHandle
 from tuner.study.recorder import SCREEN, TrialRecorder
 from tuner.study.samplers import screen_threshold
+from tuner.trial.quality import CANDIDATE, REFERENCE, SAME_PRECISION, ProbeTask
 from tuner.trial.runner import TrialOutcome, run_trial
 
 
@@ -33,6 +41,7 @@ class TrialTask:
     # Multi-fidelity: the first workload is a screen; the trial goes on only if the objective
     # metric on it passes this threshold (computed by the driver, applied by the worker).
     screen_threshold: float | None = None
+    quality: ProbeTask | None = None  # the quality probe's role here (None: no guardrail)
 
     def gate(self, metrics: dict) -> bool:
         if self.screen_threshold is None:
@@ -54,6 +63,24 @@ def checks_rules(space: Space, trial: optuna.Trial, engine: str) -> bool:
     return baseline and space.engines[engine].check_rules
 
 
+def probe_task(handle: StudyHandle, engine: str, knobs: dict[str, Scalar]) -> ProbeTask | None:
+    """The quality probe's role for a config: the first launch with the reference's precision
+    records the reference; configs with another precision are compared with it; later ones with
+    the reference's precision are not probed unless ``probe_reference`` (the noise floor)."""
+    space = handle.space
+    if space.quality is None:
+        return None
+    reference = handle.study.user_attrs.get(schema.QUALITY_REFERENCE)
+    if config_precision(space, engine, knobs) != reference_precision(space):
+        return ProbeTask(CANDIDATE, reference)
+    if reference is None:
+        return ProbeTask(REFERENCE)
+    if space.quality.probe_reference:
+        return ProbeTask(CANDIDATE, reference)
+    return ProbeTask(SAME_PRECISION, why=f"the reference's precision (trial {reference['trial']}): "
+                                         "not probed (quality.probe_reference: true probes it)")
+
+
 def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:
     """Suggest the config and stamp the trial with who runs it (for crash recovery)."""
     space = handle.space
@@ -73,9 +100,10 @@ def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -
                                                      "seed": workloads[0].seed + 1}),
                      *workloads]
         threshold = screen_threshold(handle.study, margin=f.margin, n_startup=f.n_startup)
+    launched = {k: v for k, v in knobs.items() if k not in omit}
     return TrialTask(trial.number, engine, knobs, omit,
                      trial_dir(handle.url, handle.name, trial.number), space, label,
-                     tuple(workloads), threshold)
+                     tuple(workloads), threshold, probe_task(handle, engine, launched))
 
 
 def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> TrialOutcome:
@@ -84,7 +112,8 @@ def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> Tri
         return run_trial(task.space, task.engine, task.knobs, task.trial_dir, omit=task.omit,
                          on_phase=on_phase, on_started=on_started,
                          workloads=list(task.workloads) or None,
-                         gate=task.gate if task.screen_threshold is not None else None)
+                         gate=task.gate if task.screen_threshold is not None else None,
+                         quality=task.quality)
     except (KeyboardInterrupt, InputError, HarnessError):
         raise
     except Exception as exc:

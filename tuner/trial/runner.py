@@ -24,7 +24,9 @@ from tuner.paths import expand
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
 from tuner.space import Scalar, Space, Workload
+from tuner.trial import lm_eval
 from tuner.trial.load_search import describe, find_max_load
+from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
 from tuner.trial.telemetry import TelemetrySampler, derived
 
 Phase = Callable[[str], None]
@@ -47,6 +49,9 @@ class TrialOutcome:
     screened_out: bool = False
     telemetry: dict[str, dict] = field(default_factory=dict)
     load_curve: list[dict] = field(default_factory=list)
+    quality: dict | None = None          # the quality record (schema.QUALITY)
+    quality_answers: list[dict] = field(default_factory=list)  # the probe's answers, per prompt
+    quality_path: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,8 +105,10 @@ def run_trial(
     port: int | None = None,
     workloads: list[Workload] | None = None,
     gate: Callable[[dict], bool] | None = None,
+    quality: ProbeTask | None = None,
 ) -> TrialOutcome:
-    """Launch, benchmark each workload in turn on the same server (the space's by default), stop.
+    """Launch, benchmark each workload in turn on the same server (the space's by default), run
+    the quality probe (``quality``: the role the driver gave this trial), stop.
 
     ``outcome.metrics`` holds the first workload's metrics; all of them are in
     ``outcome.workload_metrics`` by workload name. ``gate`` sees the first workload's metrics and
@@ -176,11 +183,17 @@ def run_trial(
                 outcome.screened_out = True
                 break
         outcome.timings["bench_s"] = time.monotonic() - t_bench
+        if (quality is not None and server.alive() and not outcome.screened_out
+                and outcome.metrics.get("completed")):
+            on_phase("quality probe")
+            t_probe = time.monotonic()
+            _quality(space, plan, server, quality, trial_dir, outcome)
+            outcome.timings["quality_s"] = time.monotonic() - t_probe
         if not server.alive():
             failure = classify_exit(server.spec, server.log_text(), server.proc.returncode)
             outcome.failure = Failure(failure.failure_class,
-                                      "server died during the benchmark: " + failure.reason,
-                                      failure.evidence, failure.generalises_on)
+                                      "server died during the benchmark or the quality probe: "
+                                      + failure.reason, failure.evidence, failure.generalises_on)
         elif not outcome.metrics.get("completed"):
             first = primary_errors[0] if primary_errors else "no request completed"
             outcome.failure = Failure("requests-failed", "every benchmark request failed", first)
@@ -191,6 +204,25 @@ def run_trial(
         server.stop()
         outcome.timings["teardown_s"] = time.monotonic() - t_down
         outcome.timings["total_s"] = time.monotonic() - t0
+
+
+def _quality(space: Space, plan: LaunchPlan, server: Server, task: ProbeTask, trial_dir: Path,
+             outcome: TrialOutcome) -> None:
+    """The probe's record and answers, and lm-eval's scores, on this server (docs/search.md)."""
+    if task.role == SAME_PRECISION:
+        outcome.quality = {"role": task.role, "skipped": task.why}
+        return
+    spec = load_engine(plan.engine)
+    model = plan.model_path if spec.request.model_name == "path" else plan.served_name
+    api_key = _flag_value(plan.argv, "--api-key")
+    record, answers = probe(space, spec, model, server.base_url, task, api_key=api_key)
+    cfg = space.quality.lm_eval
+    if cfg is not None:
+        add_lm_eval(record, lm_eval.run(cfg, base_url=server.base_url, model=model,
+                                        out_dir=trial_dir / "lm-eval", api_key=api_key), task)
+    outcome.quality, outcome.quality_answers = record, answers
+    outcome.quality_path = trial_dir / "quality-probe.json"
+    _write_json(outcome.quality_path, {"quality": record, "answers": answers})
 
 
 def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: Path,

@@ -77,3 +77,14 @@ def test_a_space_file_with_bad_bytes_is_named_without_a_traceback(tmp_path, stud
     assert f"error: space file {space}: not UTF-8 text" in r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     assert not studies.exists() and not (tmp_path / "studies").exists()
+
+def test_fp8_variant_without_torchao_says_what_to_install_before_writing_anything(tmp_path):
+    import importlib.util
+
+    import pytest
+    if importlib.util.find_spec("torchao") is not None:
+        pytest.skip("torchao is installed here: the variant would be written")
+    r = invoke("model", "tiny", str(tmp_path / "m"), "--fp8-variant", str(tmp_path / "m-fp8"))
+    assert r.exit_code == 2
+    assert "error: --fp8-variant: an FP8 variant needs" in r.output and "pip install torchao" in r.output
+    assert not (tmp_path / "m").exists()

@@ -11,8 +11,15 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.record import schema
-from tuner.study.prior import (MIN_FOR_TRUST, SHARE_FLOOR, SHARE_TRUSTED, Prediction,
-                               PriorSampler, seeds, spearman)
+from tuner.study.prior import (
+    MIN_FOR_TRUST,
+    SHARE_FLOOR,
+    SHARE_TRUSTED,
+    Prediction,
+    PriorSampler,
+    seeds,
+    spearman,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SEQS = [16, 32, 64, 128, 256, 512]
