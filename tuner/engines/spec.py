@@ -120,6 +120,9 @@ class Readiness(_Strict):
     path: str = "/health"
     log_line: str = ""
     startup_timeout_s: float = 600.0
+    # How long one probe may take: SGLang's /health generates a token and waits a second before
+    # answering, so a shorter client timeout never sees its 200 and each probe queues a request.
+    probe_timeout_s: float = 0.5
 
 
 class ConfigFile(_Strict):

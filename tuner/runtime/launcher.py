@@ -29,7 +29,6 @@ from tuner.runtime.procgroup import kill_group, port_is_free
 from tuner.space import EngineChoice
 
 _POLL_S = 0.25
-_HEALTH_TIMEOUT_S = 0.5
 
 
 class EngineCommandNotFound(InputError):
@@ -173,7 +172,7 @@ def wait_ready(server: Server, timeout_s: float) -> float:
     """
     t0 = time.monotonic()
     url = server.base_url + server.spec.readiness.path
-    with httpx.Client(timeout=_HEALTH_TIMEOUT_S) as client:
+    with httpx.Client(timeout=server.spec.readiness.probe_timeout_s) as client:
         while True:
             rc = server.proc.poll()
             if rc is not None:
