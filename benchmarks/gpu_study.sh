@@ -6,8 +6,9 @@
 # With 2 GPUs (nvidia-h200-x2) it runs one worker per GPU on a shared journal-file study, so two
 # trials run at once on real GPUs (Ray's wheel is larger than what can be carried to the machine).
 #
+# Prepare here (the machine has no internet; about 19 MiB, under the 64 MiB a call carries):
+#   scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --extras serving --minimal --out .whl
 # Usage there:  bash benchmarks/gpu_study.sh [n_trials]        (the repo is the working dir)
-# Prepare here: the wheels listed in docs/results/h200-transformers.md, downloaded into .whl/
 set -uo pipefail
 N_TRIALS="${1:-8}"
 STUDY_S="${STUDY_S:-280}"     # the search, then the repeats: each phase stops cleanly (SIGINT) in time
@@ -18,8 +19,9 @@ exec > >(tee "$OUT/run.log") 2>&1
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+# The wheelhouse's manifest pins every wheel by sha256; the image has the rest (torch, transformers, ...).
+python3 -m pip install -q --no-index --find-links .whl --require-hashes --no-deps --no-compile \
+  --no-cache-dir --upgrade --target /tmp/site -r .whl/manifest.txt || exit 1
 export PYTHONPATH="/tmp/site:$PWD"
 export TUNER_CACHE=/tmp/tcache TUNER_STUDIES_DIR="$OUT/studies" PYTHONUNBUFFERED=1
 TUNE=(python3 -m tuner)

@@ -19,8 +19,7 @@
 #   python3 -m pip install --no-index --find-links DIR --require-hashes --no-deps [--target SITE] -r DIR/manifest.txt
 # (--no-deps: the host's own packages are the rest; the resolution here already checked they fit).
 #
-# The resolution runs on a Python of the target version when one is found (python3.12, or $PYTHON):
-# pip evaluates dependency markers (python_version) for the Python that runs it.
+# It needs a Python of the target version to resolve with ($PYTHON, python3.12 on PATH, or pyenv's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,12 +40,19 @@ done
 [ -n "$VERSION" ] && [ -n "$PLATFORM" ] && [ -n "$OUT" ] || usage
 [[ "$VERSION" =~ ^3\.[0-9]+$ ]] || { echo "wheelhouse.sh: --python takes X.Y, got $VERSION" >&2; exit 2; }
 
+# pip judges markers and Requires-Python by the Python that runs it (numpy 2.5 needs >= 3.12 and
+# resolves to nothing on 3.11): the resolution needs a Python of the target version.
 if [ -z "${PYTHON:-}" ]; then
-  if "python$VERSION" -c "" 2>/dev/null; then PYTHON="python$VERSION"; else PYTHON=python3; fi
+  for candidate in "python$VERSION" "$(pyenv root 2>/dev/null)"/versions/"$VERSION"*/bin/"python$VERSION"; do
+    if "$candidate" -c "" 2>/dev/null; then PYTHON="$candidate"; break; fi
+  done
 fi
-RUNNING="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-[ "$RUNNING" = "$VERSION" ] || echo "wheelhouse.sh: resolving with Python $RUNNING for $VERSION" \
-  "(set PYTHON to a python$VERSION for exact python_version markers)" >&2
+RUNNING="$("${PYTHON:-python3}" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+if [ "$RUNNING" != "$VERSION" ]; then
+  echo "wheelhouse.sh: needs a Python $VERSION to resolve for it (found ${RUNNING:-none});" \
+       "install one, or set PYTHON=/path/to/python$VERSION" >&2
+  exit 2
+fi
 
 # pip takes a platform tag literally: a manylinux_2_28 host also runs manylinux_2_17 (manylinux2014)
 # ... manylinux_2_5 (manylinux1) wheels, so every older tag is named too.

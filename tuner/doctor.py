@@ -28,6 +28,7 @@ from tuner.runtime import container
 from tuner.runtime.launcher import check_command
 from tuner.runtime.procgroup import free_port
 from tuner.space import EngineChoice, Space
+from tuner.space.model_paths import is_hub_id, model_paths
 
 Status = Literal["ok", "warn", "fail"]
 HUB = "https://huggingface.co"
@@ -195,28 +196,31 @@ def _shebang(path: str) -> str | None:
 
 # ---- model --------------------------------------------------------------------------------------
 
-def _is_hub_id(path: str) -> bool:
-    return not os.path.isabs(path) and not path.startswith((".", "~")) and path.count("/") == 1 \
-        and not Path(path).exists()
+_MODEL_FIX = {
+    "missing": "build or copy the checkpoint there, or name a hub id (Org/Name) instead",
+    "file": "point it at the checkpoint folder that holds config.json",
+    "no-config": "point it at the checkpoint folder that holds config.json",
+    "bad-config": "repair or re-download config.json (UTF-8 JSON, an object)",
+}
+
+
+def _model_check(key: str) -> str:
+    return {"model.path": "model", "model.tokenizer": "tokenizer"}.get(
+        key, "model " + key.rsplit(".", 1)[-1])
 
 
 def model_rows(space: Space, *, cheap_only: bool = False) -> list[Row]:
-    models = {"model": space.model.path, **{f"model {q}": p for q, p in space.model.variants.items()}}
     rows = []
     hub_ids = []
-    for check, raw in models.items():
-        path = expand(raw)
-        if _is_hub_id(path):
-            hub_ids.append((check, path))
-            continue
-        if not Path(path).is_dir():
-            rows.append(Row(check, "fail", f"local model path {path} does not exist",
-                            "build or copy the checkpoint there, or set model.path to a hub id"))
-        elif not (Path(path) / "config.json").is_file():
-            rows.append(Row(check, "fail", f"{path} has no config.json",
-                            "point model.path at the checkpoint folder that holds config.json"))
+    for m in model_paths(space):
+        check = _model_check(m.key)
+        if m.problem:
+            rows.append(Row(check, "fail", m.message, _MODEL_FIX[m.problem]))
+        elif m.hub:
+            hub_ids.append((check, m.path))
         else:
-            rows.append(Row(check, "ok", f"local checkpoint {path}"))
+            kind = "tokenizer" if check == "tokenizer" else "checkpoint"
+            rows.append(Row(check, "ok", f"local {kind} {m.path}"))
     if hub_ids:
         token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN") or ""
         rows.append(Row("hf token", "ok" if token else "warn",
@@ -316,8 +320,11 @@ def _hub_cache() -> Path:
 
 def disk_row(space: Space) -> Row:
     path = expand(space.model.path)
-    estimate = weight_bytes(read_model_config(path))
-    if not _is_hub_id(path):
+    try:
+        estimate = weight_bytes(read_model_config(path))
+    except InputError:  # an unreadable config.json: the model row already says so
+        estimate = None
+    if not is_hub_id(space.model.path):
         folder = Path(path)
         on_disk = sum(f.stat().st_size for f in folder.glob("*") if f.suffix in
                       (".safetensors", ".bin", ".pt")) if folder.is_dir() else 0

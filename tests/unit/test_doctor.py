@@ -60,7 +60,8 @@ def test_missing_model_path_fails_naming_it(tmp_path):
     assert row.status == "fail" and str(missing) in row.detail
     (missing).mkdir()
     row = _rows(doctor.run_checks(space, cheap_only=True), "model")
-    assert row.status == "fail" and row.detail == f"{missing} has no config.json"
+    assert row.status == "fail" and row.detail == \
+        f"model.path: {missing}: holds no config.json (not a Hugging Face model folder)"
 
 
 def test_missing_dataset_fails_with_the_tune_data_fix(tmp_path, monkeypatch):
