@@ -10,13 +10,14 @@ import optuna
 from tuner.files import write_atomic
 from tuner.registry import Registry
 from tuner.report import data as report_data
-from tuner.report import html, markdown
+from tuner.report import markdown
 
 FORMATS: Registry[Callable[[optuna.Study, report_data.ReportData], str]] = Registry("report format")
 
 
 @FORMATS.register("html")
 def _html(study: optuna.Study, tables: report_data.ReportData) -> str:
+    from tuner.report import html  # plotly, only when an HTML report is asked for
     return html.render(study, tables)
 
 
