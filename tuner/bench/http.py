@@ -188,7 +188,7 @@ class _Connection(asyncio.Protocol):
         if self._head_done and self._until_close:  # the end of the body is the end of the stream
             try:
                 self._finish()
-            except Exception as error:  # e.g. a truncated gzip stream
+            except Exception as error:  # raised by the handler given the last bytes
                 done.set_exception(error)
         elif not self._received:
             done.set_exception(_StaleConnection())
