@@ -72,6 +72,7 @@ KNOB = {"max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_token
 # vLLM 0.32 CPU defaults for this model (docs/engines.md; max_model_len from its config.json).
 DEFAULTS = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True,
             "max_model_len": 4096}
+PHASES = ("abort_probe", "sweep", "tune", "judge")  # in the order they run; keys of the data file
 FULL_GRID = {"max_num_seqs": [2, 8, 32, 128], "max_num_batched_tokens": [256, 512, 1024, 2048],
              "enable_chunked_prefill": [True, False], "max_model_len": [2048, 4096]}
 SMALL_GRID = {"max_num_seqs": [8, 128], "max_num_batched_tokens": [512, 2048],
@@ -207,7 +208,8 @@ def run_sweep(configs: list[dict], wl: dict, work: Path, *, name: str, num_runs:
         shutil.rmtree(experiment)
     log_path = work / f"{name}{'-resume' if resume else ''}.log"
     events: list[tuple[float, str]] = []
-    commands: list[list[str]] = []  # each server's argv, as the sweep printed it
+    launched: list[dict] = []  # each server's overrides and argv, as the sweep printed them
+    commands: list[list[str]] = []
     t0 = time.time()
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -219,25 +221,43 @@ def run_sweep(configs: list[dict], wl: dict, work: Path, *, name: str, num_runs:
                 log.flush()
                 if line.startswith(("[BEGIN SERVER]", "[END SERVER]", "[FAILED SERVER COMBINATION]")):
                     events.append((round(now, 2), line.strip()))
+                elif line.startswith("Server overrides: "):
+                    launched.append(ast.literal_eval(line.split(": ", 1)[1].strip()))
                 elif line.startswith("Server command: "):
                     commands.append(ast.literal_eval(line.split(": ", 1)[1].strip()))
             proc.wait(timeout=timeout_s)
         except BaseException:
-            # SIGINT unwinds the sweep's `with ServerProcess`, which kills its server's group.
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=60)
+            stop_tree(proc)
             raise
     wall = time.time() - t0
     out = read_sweep(experiment, t0, list(configs[0]) if configs else [])
     out.update(argv=argv, exit_code=proc.returncode, wall_s=round(wall, 2), log=str(log_path),
-               port=port, server_commands=commands,
+               port=port, launched_configs=launched, server_commands=commands,
                log_tail=log_path.read_text().splitlines()[-6:])
-    out.update(server_lives(events))
+    out.update(server_lives(events, round(wall, 2)))
     return out
 
 
-def server_lives(events: list[tuple[float, str]]) -> dict:
-    """Launches and engine-seconds from the sweep's own markers."""
+def stop_tree(proc: subprocess.Popen) -> None:
+    """Kill the sweep and the servers it started in their own sessions. Not by SIGINT: a process
+    started in the background of a shell inherits SIGINT ignored, and so would the sweep."""
+    import psutil
+
+    try:
+        groups = {os.getpgid(c.pid) for c in psutil.Process(proc.pid).children(recursive=True)}
+    except (psutil.Error, ProcessLookupError):
+        groups = set()
+    for pgid in groups | {proc.pid}:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def server_lives(events: list[tuple[float, str]], end_s: float) -> dict:
+    """Launches and engine-seconds from the sweep's own markers. A server still up when the sweep
+    exited (an aborted sweep) lived until then."""
     lives = []
     start = None
     for t, line in events:
@@ -246,9 +266,9 @@ def server_lives(events: list[tuple[float, str]]) -> dict:
         elif start is not None and line.startswith(("[END SERVER]", "[FAILED SERVER COMBINATION]")):
             lives.append({"seconds": round(t - start, 2), "refused": line.startswith("[FAILED")})
             start = None
-    if start is not None:  # the sweep stopped with a server up (aborted)
-        lives.append({"seconds": None, "refused": None})
-    return {"launches": len(lives), "engine_s": round(sum(x["seconds"] or 0 for x in lives), 1),
+    if start is not None:
+        lives.append({"seconds": round(end_s - start, 2), "refused": None, "aborted_sweep": True})
+    return {"launches": len(lives), "engine_s": round(sum(x["seconds"] for x in lives), 1),
             "server_lives": lives}
 
 
@@ -320,8 +340,14 @@ def run_tune(axes: dict[str, list], wl: dict, work: Path, *, name: str, n_trials
                         ("confirm", ["confirm", name])):
         t = time.time()
         with (work / f"{name}-{phase}.log").open("w") as log:
-            proc = subprocess.run([sys.executable, "-m", "tuner", *args], stdout=log,
-                                  stderr=subprocess.STDOUT, env=env, cwd=work)
+            proc = subprocess.Popen([sys.executable, "-m", "tuner", *args], stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=work)
+            try:
+                proc.wait()
+            except BaseException:
+                proc.terminate()  # tune takes SIGTERM as Ctrl-C: it stops its engine
+                proc.wait(timeout=120)
+                raise
         phases[phase] = {"exit_code": proc.returncode, "wall_s": round(time.time() - t, 2)}
         if proc.returncode != 0:
             break
@@ -490,7 +516,7 @@ def plot(data: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 6))
     judged = {}
     for c in (data.get("judge") or {}).get("configs", []):
         for label in c["labels"]:
@@ -510,11 +536,12 @@ def plot(data: dict, png: Path) -> None:
                     color=color, linestyle="none",
                     label=f"{title}: recommendation, judged median")
     ax.set_xlabel("wall-clock since the tool started (min)")
-    ax.set_ylabel(f"{METRIC} (tok/s)")
+    ax.set_ylabel(f"{METRIC} (tok/s, log scale)")
+    ax.set_yscale("log")  # a loaded machine moves values tenfold
     ax.set_title(f"{data['variant']} grid ({len(data['grid'])} configs): best so far vs wall-clock")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(fontsize=7, loc="lower center", ncol=2)
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
 
@@ -524,6 +551,118 @@ def draw(data_path: Path, png: Path) -> None:
     extras = ensure_peer_extras()
     subprocess.run([str(ENGINE_PYTHON), __file__, "--replot", str(data_path), "--plot", str(png)],
                    check=True, env=engine_env(extras))
+
+
+# ---- tables -----------------------------------------------------------------------------------------
+
+def short(config: dict | None) -> str:
+    if config is None:
+        return "engine defaults (no knob flags)"
+    return (f"seqs={config['max_num_seqs']} mnbt={config['max_num_batched_tokens']} "
+            f"cp={'on' if config['enable_chunked_prefill'] else 'off'} mml={config['max_model_len']}")
+
+
+def cv(values: list[float]) -> float | None:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
+
+
+def noise(data: dict) -> dict:
+    """The measurement noise beside the differences between the top configs: the sweep's
+    within-launch spread (its 3 runs on one server), the judge's launch-to-launch spread, and the
+    gaps between the sweep's top configs."""
+    ranked = sorted(data["sweep"]["results"], key=lambda r: -r["mean"])
+    within = [c for c in (cv(r["values"]) for r in ranked) if c is not None]
+    between = [c for c in (cv(j["values"]) for j in (data.get("judge") or {}).get("configs", []))
+               if c is not None]
+    top = ranked[0]["mean"] if ranked else None
+    return {"sweep_within_launch_cv_median": statistics.median(within) if within else None,
+            "judge_between_launch_cv_median": statistics.median(between) if between else None,
+            "judge_between_launch_cv_max": max(between) if between else None,
+            "sweep_top_configs_pct_of_best": [round(100 * r["mean"] / top, 1) for r in ranked[:6]],
+            "configs_within_10pct_of_sweep_best": sum(r["mean"] >= 0.9 * top for r in ranked)}
+
+
+def tables(data: dict) -> str:
+    sweep, tune, judged = data["sweep"], data.get("tune") or {}, data.get("judge") or {}
+    by_label = {lb: c for c in judged.get("configs", []) for lb in c["labels"]}
+    ratios = judged.get("ratio_to_sweep", {})
+    ranked = sorted(sweep["results"], key=lambda r: -r["mean"])
+    rank_of = {json.dumps(r["config"], sort_keys=True): i + 1 for i, r in enumerate(ranked)}
+
+    def judged_cell(label: str) -> str:
+        c = by_label.get(label)
+        if not c or c["median"] is None:
+            return "-"
+        ci = c["ci95"]
+        return f"{c['median']:.0f} [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else f"{c['median']:.0f}"
+
+    def ratio_cell(label: str) -> str:
+        r = ratios.get(label)
+        if not r or r["median_ratio"] is None:
+            return "-"
+        ci = r["ci95"]
+        same = " (same config)" if r["same_config_as_sweep"] else ""
+        return f"{r['median_ratio']:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{same}" if ci else f"{r['median_ratio']:.2f}"
+
+    def sweep_rank(config: dict | None) -> str:
+        key = json.dumps(config if config is not None else DEFAULTS, sort_keys=True)
+        return f"{rank_of[key]} of {len(ranked)}" if key in rank_of else "-"
+
+    lines = ["| tool | wall-clock to its recommendation | launches | refused configs launched "
+             "| engine-s | recommends | its own value (n) | rank in the sweep's table "
+             "| judged median tok/s [95 % CI] | ratio to the sweep's [95 % CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|",
+             f"| `vllm bench sweep serve` | {sweep['wall_s'] / 60:.1f} min | {sweep['launches']} "
+             f"| {len(sweep['refused'])} | {sweep['engine_s']:.0f} | {short(sweep['recommendation'])} "
+             f"| {sweep['recommended_value']:.0f} (mean of {len(ranked[0]['values'])} runs, 1 launch) "
+             f"| 1 of {len(ranked)} | {judged_cell('sweep')} | 1 |"]
+    for key, run in tune.items():
+        phases = run["phases"]
+        wall = (f"{run['wall_s'] / 60:.1f} min ({phases['start']['wall_s'] / 60:.1f} search + "
+                f"{phases.get('confirm', {}).get('wall_s', 0) / 60:.1f} confirm) = "
+                f"{100 * run['wall_s'] / sweep['wall_s']:.0f} % of the sweep's")
+        rec = run["recommendation"]
+        lines.append(
+            f"| `tune`, budget {key} ({run['n_trials']} launches) + `tune confirm` | {wall} "
+            f"| {run['launches']} | {run['refused_launched']} ({run['pruned_by_rule']} pruned by rule, "
+            f"{run['reused']} reused) | {run['engine_s']:.0f} | {short(rec)} "
+            f"| {run['recommended_value'] or 0:.0f} (median of {run['recommended_n']} launches) "
+            f"| {sweep_rank(rec)} | {judged_cell('tune-' + key)} | {ratio_cell('tune-' + key)} |")
+    lines.append(f"| engine defaults | - | - | - | - | {short(None)} | - | {sweep_rank(None)} "
+                 f"| {judged_cell('defaults')} | {ratio_cell('defaults')} |")
+
+    lines += ["", "The sweep's own table (mean of its runs on one launch per config), best first:", "",
+              "| rank | config | mean tok/s | runs | % of best |", "|---|---|---|---|---|"]
+    for i, r in enumerate(ranked):
+        lines.append(f"| {i + 1} | {short(r['config'])} | {r['mean']:.0f} "
+                     f"| {', '.join(f'{v:.0f}' for v in r['values'])} "
+                     f"| {100 * r['mean'] / ranked[0]['mean']:.0f} |")
+    lines.append(f"| - | {len(sweep['refused'])} configs refused by vLLM | - | - | - |")
+
+    if judged:
+        lines += ["", f"The judge ({judged['rounds']} interleaved rounds, one launch and one "
+                  "`vllm bench serve` run each):", "",
+                  "| config | recommended by | values tok/s (round order) | median [95 % CI] |",
+                  "|---|---|---|---|"]
+        for c in judged["configs"]:
+            ci = c["ci95"]
+            lines.append(f"| {short(c['config'])} | {', '.join(c['labels'])} "
+                         f"| {', '.join(f'{v:.0f}' for v in c['values'])} "
+                         f"| {c['median']:.0f} [{ci[0]:.0f}, {ci[1]:.0f}] |" if ci else
+                         f"| {short(c['config'])} | {', '.join(c['labels'])} | - | - |")
+    probe = data.get("abort_probe")
+    if probe and "run" in probe:
+        lines += ["", "Without `--continue-on-error`, on a 3-config grid whose second config vLLM "
+                  "refuses (one run each):", "",
+                  "| run | exit code | configs launched | configs measured | summary.csv | last line |",
+                  "|---|---|---|---|---|---|"]
+        for name in ("run", "resume"):
+            r = probe[name]
+            last = r["log_tail"][-1].split(None, 1)[-1] if r["log_tail"] else ""
+            lines.append(f"| {'first' if name == 'run' else '`--resume`'} | {r['exit_code']} "
+                         f"| {len(r['launched_configs'])} of 3 | {len(r['results'])} "
+                         f"| {'yes' if r['summary_csv'] else 'no'} | `{last}` |")
+    return "\n".join(lines) + "\n"
 
 
 # ---- main ------------------------------------------------------------------------------------------
@@ -566,8 +705,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, values in FULL_GRID.items():
         ap.add_argument(f"--{key.replace('_', '-')}", nargs="+", default=None,
                         help=f"candidate values (default: {' '.join(map(str, values))})")
-    ap.add_argument("--num-prompts", type=int, default=64)
-    ap.add_argument("--input-len", type=int, default=512)
+    ap.add_argument("--num-prompts", type=int, default=32)
+    ap.add_argument("--input-len", type=int, default=256)
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--num-runs", type=int, default=None,
                     help="the sweep's --num-runs (default: the sweep's own default, 3)")
@@ -582,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None,
                     help="plot (default: docs/img/vs-vllm-sweep-<variant>.png)")
     ap.add_argument("--resume", action="store_true", help="skip the phases already in --out")
+    ap.add_argument("--redo", nargs="+", default=[], choices=PHASES,
+                    help="with --resume: run these phases again (e.g. judge, on a quieter machine)")
     ap.add_argument("--skip-abort-probe", action="store_true")
     ap.add_argument("--replot", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -604,13 +745,18 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or HERE / "data" / f"vs-vllm-sweep-{variant}.json"
     png = args.plot or REPO / "docs" / "img" / f"vs-vllm-sweep-{variant}.png"
     data: dict = json.loads(out.read_text()) if args.resume and out.exists() else {}
+    for phase in args.redo:
+        data.pop(phase, None)
+        data.pop("finished", None)
+    before = set(data)
     data.update(variant=variant, grid=configs, axes=axes, workload=wl,
                 refused_in_grid=sum(map(refused_by_vllm, configs)))
     if "machine" not in data:
         data["machine"] = machine()
     data.setdefault("started", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-    data["command"] = " ".join([Path(sys.executable).name, "benchmarks/vs_vllm_sweep.py",
-                                *(argv if argv is not None else sys.argv[1:])])
+    data.setdefault("commands", []).append(" ".join(  # a --resume adds its own
+        [Path(sys.executable).name, "benchmarks/vs_vllm_sweep.py",
+         *(argv if argv is not None else sys.argv[1:])]))
 
     def save() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -644,8 +790,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"phase: judge, {args.judge_rounds} interleaved rounds", flush=True)
         data["judge"] = judge(arms, wl, work / "judge", args.judge_rounds)
         save()
-    data["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    if "finished" not in data or set(PHASES) - before:  # a phase ran in this invocation
+        data["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    data["noise"] = noise(data)
     save()
+    out.with_suffix(".md").write_text(tables(data))
     draw(out, png)
     print("\n".join(summarize(data)))
     print(f"data: {out}\nplot: {png}")
