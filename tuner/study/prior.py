@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,10 @@ class Prediction:
     origin: str = ""  # where a measured prediction was measured: "<study>#<trial>"
 
     def key(self) -> tuple:
+        return self._key
+
+    @cached_property
+    def _key(self) -> tuple:  # once per prediction: a landscape's are scored at every trial
         return config_key(self.params)
 
 
@@ -80,11 +85,15 @@ class PriorSampler(optuna.samplers.BaseSampler):
                  maximize: bool = True, seed: int | None = None, engine_param: str = "engine"):
         self.base = base
         self.predictions = [p for p in predictions if p.value > 0 and math.isfinite(p.value)]
-        self._by_key = {p.key(): p for p in self.predictions}
+        self._pred_keys = [p.key() for p in self.predictions]
+        self._by_key = dict(zip(self._pred_keys, self.predictions))
         self.maximize = maximize
         self.engine_param = engine_param
         self._rng = np.random.default_rng(seed)
         self._chosen: dict[int, dict[str, Any]] = {}
+        self._keys = sorted({k for p in self.predictions for k in p.params})
+        self._codes: dict[tuple[type, Any], tuple[float, int]] = {}
+        self._table = self._encode(self.predictions)
 
     # ---- what the study has taught ---------------------------------------------------------------
 
@@ -113,20 +122,56 @@ class PriorSampler(optuna.samplers.BaseSampler):
         """The prediction times the error this study has seen: the mean log-ratio of its source and
         engine (shrunk towards the source's mean), plus the residual of its nearest measured
         neighbours."""
-        same_source = [(q, math.log(v / q.value)) for q, v in measured if q.source == p.source]
-        if not same_source:
-            return p.value
-        engine = p.params.get(self.engine_param)
-        global_bias = float(np.mean([r for _, r in same_source]))
-        own = [(q, r) for q, r in same_source if q.params.get(self.engine_param) == engine]
-        n = len(own)
-        bias = (sum(r for _, r in own) + global_bias) / (n + 1)
-        if own:
-            near = sorted(own, key=lambda qr: _distance(p.params, qr[0].params))[:NEIGHBOURS]
-            weights = [1.0 / (1.0 + _distance(p.params, q.params)) for q, _ in near]
-            resid = sum(w * (r - bias) for w, (_, r) in zip(weights, near)) / sum(weights)
-            bias += resid * n / (n + 1)
-        return p.value * math.exp(bias)
+        return float(self._corrected(self._encode([p]), measured)[0])
+
+    def _corrected(self, cands: "_Encoded", measured: Sequence[tuple[Prediction, float]]) -> np.ndarray:
+        """``corrected`` for many candidates at once (a landscape has thousands of predictions, and
+        the sampler scores every unmeasured one at each trial)."""
+        out = cands.value.copy()
+        if not measured:
+            return out
+        meas = self._encode([q for q, _ in measured])
+        ratio = np.log(np.array([v for _, v in measured]) / meas.value)
+        for source in set(cands.source):
+            same = meas.source == source
+            if not same.any():
+                continue
+            global_bias = float(ratio[same].mean())
+            for engine in set(cands.engine[cands.source == source]):
+                rows = np.flatnonzero((cands.source == source) & (cands.engine == engine))
+                own = np.flatnonzero(same & (meas.engine == engine))
+                n = len(own)
+                bias = (float(ratio[own].sum()) + global_bias) / (n + 1)
+                if n:
+                    dist = _distances(cands.take(rows), meas.take(own))
+                    # rounded: equal distances summed in another order stay ties (measured order)
+                    near = np.argsort(dist.round(9), axis=1, kind="stable")[:, :NEIGHBOURS]
+                    weights = 1.0 / (1.0 + np.take_along_axis(dist, near, axis=1))
+                    resid = (weights * (ratio[own][near] - bias)).sum(1) / weights.sum(1)
+                    out[rows] *= np.exp(bias + resid * n / (n + 1))
+                else:
+                    out[rows] *= math.exp(bias)
+        return out
+
+    def _encode(self, preds: Sequence[Prediction]) -> "_Encoded":
+        num = np.full((len(preds), len(self._keys)), np.nan)
+        code = np.empty((len(preds), len(self._keys)), dtype=np.int64)
+        for j, k in enumerate(self._keys):
+            column = [self._value_code(p.params.get(k)) for p in preds]
+            num[:, j] = [x for x, _ in column]
+            code[:, j] = [c for _, c in column]
+        engine = [self._value_code(p.params.get(self.engine_param))[1] for p in preds]
+        return _Encoded(num, code, np.array(engine, dtype=np.int64),
+                        np.array([p.source for p in preds], dtype=object),
+                        np.array([p.value for p in preds], dtype=float))
+
+    def _value_code(self, value: Any) -> tuple[float, int]:
+        """(log of a positive number or nan, a code equal for equal values of one type)."""
+        key = (type(value), value)
+        if key not in self._codes:
+            self._codes[key] = (math.log(value) if _positive_number(value) else math.nan,
+                                len(self._codes))
+        return self._codes[key]
 
     def pick(self, trials: Sequence[FrozenTrial]) -> Prediction | None:
         """The unmeasured candidate with the best corrected prediction, or None (the base sampler's
@@ -136,12 +181,11 @@ class PriorSampler(optuna.samplers.BaseSampler):
             return None
         tried = {config_key(t.params) for t in trials
                  if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)}
-        open_ = [p for p in self.predictions if p.key() not in tried]
-        if not open_:
+        open_ = np.array([i for i, k in enumerate(self._pred_keys) if k not in tried], dtype=int)
+        if not len(open_):
             return None
-        scored = [(self.corrected(p, measured), p) for p in open_]
-        best = max(scored, key=lambda s: s[0]) if self.maximize else min(scored, key=lambda s: s[0])
-        return best[1]
+        scores = self._corrected(self._table.take(open_), measured)
+        return self.predictions[open_[int(np.argmax(scores) if self.maximize else np.argmin(scores))]]
 
     # ---- Optuna's sampler interface ----------------------------------------------------------------
 
@@ -191,20 +235,34 @@ def _contains(dist: BaseDistribution, value: Any) -> bool:
         return False
 
 
-def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """Knob-space distance: a categorical or boolean mismatch counts 1, a numeric knob its log-ratio
-    (a factor of e counts 1)."""
-    d = 0.0
-    for k in set(a) | set(b):
-        x, y = a.get(k), b.get(k)
-        if x == y:
-            continue
-        if (isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool)
-                and not isinstance(y, bool) and x > 0 and y > 0):
-            d += abs(math.log(x / y))
-        else:
-            d += 1.0
-    return d
+@dataclass(frozen=True)
+class _Encoded:
+    """Predictions as arrays: per knob the log of a positive number (nan otherwise) and a code for
+    equality; the engine's code, the source and the predicted value."""
+
+    num: np.ndarray
+    code: np.ndarray
+    engine: np.ndarray
+    source: np.ndarray
+    value: np.ndarray
+
+    def take(self, rows: np.ndarray) -> "_Encoded":
+        return _Encoded(self.num[rows], self.code[rows], self.engine[rows], self.source[rows],
+                        self.value[rows])
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _distances(a: _Encoded, b: _Encoded) -> np.ndarray:
+    """Knob-space distance of every pair: a categorical or boolean mismatch (or a knob one config
+    lacks) counts 1, a numeric knob its log-ratio (a factor of e counts 1)."""
+    na, nb = a.num[:, None, :], b.num[None, :, :]
+    numeric = np.isfinite(na) & np.isfinite(nb)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(na - nb)
+    return np.where(numeric, gap, a.code[:, None, :] != b.code[None, :, :]).sum(-1)
 
 
 def seeds(predictions: Sequence[Prediction], k: int, *, maximize: bool = True,
