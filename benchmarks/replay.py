@@ -163,7 +163,7 @@ def make_study(space: Space, strategy: str, seed: int, n_trials: int) -> optuna.
                                pruner=optuna.pruners.NopPruner())
 
 
-class _Collector:
+class Collector:
     """The driver's reporter: each finished trial becomes a TrialRec, with what ``tune best``
     would report after it."""
 
@@ -184,9 +184,10 @@ class _Collector:
         seconds = self.executor.seconds.get(t.number, 0.0)
         self.cum += seconds
         best = results.best_config(self.study)
-        reported = {k: best.params[k] for k in self.grid.knobs} if best else None
+        # a conditional knob the config does not have is None, as in the grid's keys
+        reported = {k: best.params.get(k) for k in self.grid.knobs} if best else None
         value = t.value if t.state == TrialState.COMPLETE else None
-        self.run.trials.append(TrialRec(t.number, {k: t.params[k] for k in self.grid.knobs}, state,
+        self.run.trials.append(TrialRec(t.number, {k: t.params.get(k) for k in self.grid.knobs}, state,
                                         value, seconds, self.cum, reported,
                                         self.grid.score(reported)))
 
@@ -209,7 +210,7 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
     run = Run(strategy, seed, study=study)
     recorder = TrialRecorder(study, live, handle.url, artifacts=False)
     run_study(handle, executor=executor, n_trials=n_trials, recorder=recorder,
-              reporter=_Collector(run, grid, executor, study))
+              reporter=Collector(run, grid, executor, study))
     return run
 
 
