@@ -136,7 +136,7 @@ class Landscape:
     x: np.ndarray = field(repr=False, default=None)  # (log2 max_num_seqs, log2 max_num_tokens)
 
     @classmethod
-    def load(cls, name: str) -> "Landscape":
+    def load(cls, name: str) -> Landscape:
         data = json.loads((DATA / LANDSCAPES[name]["file"]).read_text())
         ix = {c: i for i, c in enumerate(data["columns"])}
         rows = data["points"]
@@ -154,10 +154,10 @@ class Landscape:
                       whole_prompts if tokens is None else math.log2(tokens)))
         return cls(name, data["meta"], configs, np.array(est), status, np.array(x))
 
-    def subset(self, **ladders: list) -> "Landscape":
+    def subset(self, **ladders: list) -> Landscape:
         """The configs whose knobs are on these (shorter) ladders: a small replay space (tests)."""
         keep = [i for i, c in enumerate(self.configs)
-                if all(c.get(k, ladders[k][0] if k == "max_num_tokens" else None) in v
+                if all(c.get(k, v[0] if k == "max_num_tokens" else None) in v
                        for k, v in ladders.items())]
         meta = {**self.meta, "ladders": {**self.meta["ladders"], **{
             k: v for k, v in ladders.items() if k in self.meta["ladders"]}}}
@@ -534,19 +534,19 @@ def _fmt(x: float | None, nd: int = 1) -> str:
 # ---- report ------------------------------------------------------------------------------------
 
 def markdown(results: dict[str, dict], tgts: list[dict], regret: dict, meta: dict) -> str:
-    lines = [f"{meta['seeds']} seeds per strategy and case (a seed is one reality: its error draw, "
+    lines = [(f"{meta['seeds']} seeds per strategy and case (a seed is one reality: its error draw, "
              f"launch noise and costs, shared by every strategy); budget {meta['n_trials']} launches; "
              "rule-pruned proposals cost nothing and no launch; a config measured before is not "
-             "relaunched (live tool).", ""]
+             "relaunched (live tool)."), ""]
     for case, r in results.items():
-        lines += [f"### {case}", "", f"Optimum (mean over seeds) {r['optimum_mean']:,.0f} tok/s; "
+        lines += [f"### {case}", "", (f"Optimum (mean over seeds) {r['optimum_mean']:,.0f} tok/s; "
                   f"configs within 2% of it: {r['configs_within_2pct_median']:g} (median over seeds); "
                   "the model ranks the best of those at "
                   f"#{r['model_rank_of_best_median']:g} (median) of its {r['n_predictions']:,} "
-                  "predictions.", "",
-                  "| strategy | reached 2% | median launches to 2% (IQR) | median engine-h to 2% "
+                  "predictions."), "",
+                  ("| strategy | reached 2% | median launches to 2% (IQR) | median engine-h to 2% "
                   "| launches to greedy's final (median) | final % of opt. (worst) "
-                  "| engine-h per study | pruned / refused / screened out |",
+                  "| engine-h per study | pruned / refused / screened out |"),
                   "|---|---|---|---|---|---|---|---|"]
         for name, s in r["summary"].items():
             iqr = s["reach_launches_p25_p75"]
@@ -560,10 +560,10 @@ def markdown(results: dict[str, dict], tgts: list[dict], regret: dict, meta: dic
                 f"{100 * s['screened_out_share']:.0f}% |")
         g = r["summary"].get("greedy")
         if g:
-            lines += ["", f"Greedy: {100 * g['final_mean']:.1f}% of the optimum after "
-                      f"{g['final_launches_median']:g} launches (median)."]
-        lines += ["", "Value at equal budgets (true value of the reported config, % of optimum, "
-                  "mean ± sd):", "",
+            lines += ["", (f"Greedy: {100 * g['final_mean']:.1f}% of the optimum after "
+                      f"{g['final_launches_median']:g} launches (median).")]
+        lines += ["", ("Value at equal budgets (true value of the reported config, % of optimum, "
+                  "mean ± sd):"), "",
                   "| strategy | " + " | ".join(f"{b} launches" for b in BUDGETS) + " |",
                   "|---|" + "---|" * len(BUDGETS)]
         for name, s in r["summary"].items():

@@ -138,7 +138,7 @@ class PriorSampler(optuna.samplers.BaseSampler):
         neighbours."""
         return float(self._corrected(self._encode([p]), measured)[0])
 
-    def _corrected(self, cands: "_Encoded", measured: Sequence[tuple[Prediction, float]]) -> np.ndarray:
+    def _corrected(self, cands: _Encoded, measured: Sequence[tuple[Prediction, float]]) -> np.ndarray:
         """``corrected`` for many candidates at once (a landscape has thousands of predictions, and
         the sampler scores every unmeasured one at each trial)."""
         out = cands.value.copy()
@@ -167,7 +167,7 @@ class PriorSampler(optuna.samplers.BaseSampler):
                     out[rows] *= math.exp(bias)
         return out
 
-    def _encode(self, preds: Sequence[Prediction]) -> "_Encoded":
+    def _encode(self, preds: Sequence[Prediction]) -> _Encoded:
         num = np.full((len(preds), len(self._keys)), np.nan)
         code = np.empty((len(preds), len(self._keys)), dtype=np.int64)
         for j, k in enumerate(self._keys):
@@ -218,7 +218,7 @@ class PriorSampler(optuna.samplers.BaseSampler):
             return TAU_UNTESTED
         return max(TAU_FLOOR, float(np.sqrt(np.mean(np.square(resid)))))
 
-    def expected_improvement(self, cands: "_Encoded", measured: Sequence[tuple[Prediction, float]],
+    def expected_improvement(self, cands: _Encoded, measured: Sequence[tuple[Prediction, float]],
                              best: float | None) -> np.ndarray:
         """E[max(0, value - best)] (for minimising, of 1/value over 1/best) with the value lognormal:
         median the corrected prediction, log-spread ``_spread`` times sqrt(1 - exp(-d)) for the
@@ -315,7 +315,7 @@ class _Encoded:
     source: np.ndarray
     value: np.ndarray
 
-    def take(self, rows: np.ndarray) -> "_Encoded":
+    def take(self, rows: np.ndarray) -> _Encoded:
         return _Encoded(self.num[rows], self.code[rows], self.engine[rows], self.source[rows],
                         self.value[rows])
 
