@@ -116,7 +116,7 @@ COSTS = {
 }
 
 
-def _write_checkpoints(root: Path, model: str) -> dict[str, str]:
+def write_checkpoints(root: Path, model: str) -> dict[str, str]:
     """Local config.json dirs for the base model and its FP8/AWQ siblings (shapes only)."""
     paths = {}
     for quant in QUANTS:
@@ -172,7 +172,7 @@ def _estimate(req: EstimateRequest, silicon: Any, hybrid: Any) -> tuple[Estimate
 
 
 def build(spec: dict[str, Any], root: Path) -> dict[str, Any]:
-    paths = _write_checkpoints(root, spec["model"])
+    paths = write_checkpoints(root, spec["model"])
     space, hw = _space(paths), profile(spec["gpu"])
     silicon, hybrid = get_estimator("aiconfigurator"), get_estimator("aiconfigurator-hybrid")
     t0 = time.perf_counter()
@@ -282,7 +282,7 @@ def compare(root: Path, landscape: dict[str, Any]) -> str:
     a100 = "a100-sxm-80gb"
 
     def est(engine: str, knobs: dict[str, Any], model: str = "Qwen3-14B") -> tuple[Estimate, str]:
-        paths = _write_checkpoints(root, model)
+        paths = write_checkpoints(root, model)
         e, fid = _estimate(_request(engine, knobs, paths, a100), silicon, hybrid)
         return e, fid or ""
 
@@ -332,7 +332,7 @@ def compare(root: Path, landscape: dict[str, Any]) -> str:
                      f"{fid} | {'-' if p.total_tok_s is None else f'{p.total_tok_s / base:.2f}'} | "
                      f"{note} |")
     s_fp8 = silicon.estimate(_request("vllm", {"quantization": "fp8"},
-                                      _write_checkpoints(root, "Qwen3-14B"), a100))
+                                      write_checkpoints(root, "Qwen3-14B"), a100))
     lines += ["", f"With measured kernel data only (SILICON) AIC has no number for FP8 or AWQ on "
               f"a100_sxm for vLLM: {s_fp8.unsupported[:160]}...", ""]
 

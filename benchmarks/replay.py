@@ -14,6 +14,15 @@ measured full repeats.
 
     .venv/bin/python benchmarks/replay.py                        # 50 seeds, every strategy, plots
     PYTHONPATH=/tmp/torch-gp .venv/bin/python benchmarks/replay.py   # GP too (needs torch)
+
+A warm start from another grid (issue 13.7: the same knobs measured on another workload):
+``--warm-start-grid OTHER.json`` adds the strategy ``tpe-warm``, a study whose knowledge is the other
+grid's measured means, queued and fed to the prior sampler as ``tune start --warm-start`` does
+(``tuner.study.knowledge.queue``, ``sampler_for(space, predictions=...)``).
+
+    .venv/bin/python benchmarks/replay.py --data benchmarks/data/grid-vllm-cpu-decode.json \
+        --space benchmarks/replay-space-decode.yaml --warm-start-grid benchmarks/data/grid-vllm-cpu.json \
+        --strategies tpe,tpe-warm --no-plots
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from tuner.record import results, schema
 from tuner.space import Fidelity, Space, load_space
 from tuner.study import StudyHandle, TrialRecorder, sampler_for
 from tuner.study import run as run_study
+from tuner.study.knowledge import Knowledge, queue
+from tuner.study.prior import Prediction
 from tuner.study.replay import Grid, ReplayExecutor
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +66,7 @@ STRATEGIES: dict[str, tuple[str, bool]] = {
     # What-if, NOT what the live tool does: screening with a 30 % margin instead of the space's
     # (10 % here).
     "tpe-mf-m30": ("tpe", True),
+    "tpe-warm": ("tpe", False),  # with --warm-start-grid: the other grid's measurements as knowledge
 }
 MARGIN = {"tpe-mf-m30": 0.3}
 WHAT_IF = set(MARGIN)
@@ -163,7 +175,7 @@ def make_study(space: Space, strategy: str, seed: int, n_trials: int) -> optuna.
                                pruner=optuna.pruners.NopPruner())
 
 
-class _Collector:
+class Collector:
     """The driver's reporter: each finished trial becomes a TrialRec, with what ``tune best``
     would report after it."""
 
@@ -184,15 +196,24 @@ class _Collector:
         seconds = self.executor.seconds.get(t.number, 0.0)
         self.cum += seconds
         best = results.best_config(self.study)
-        reported = {k: best.params[k] for k in self.grid.knobs} if best else None
+        # a conditional knob the config does not have is None, as in the grid's keys
+        reported = {k: best.params.get(k) for k in self.grid.knobs} if best else None
         value = t.value if t.state == TrialState.COMPLETE else None
-        self.run.trials.append(TrialRec(t.number, {k: t.params[k] for k in self.grid.knobs}, state,
+        self.run.trials.append(TrialRec(t.number, {k: t.params.get(k) for k in self.grid.knobs}, state,
                                         value, seconds, self.cum, reported,
                                         self.grid.score(reported)))
 
 
+def warm_knowledge(other: Grid, name: str) -> Knowledge:
+    """Another grid's measured means as an earlier study's measurements (``tune start
+    --warm-start``): one prediction per served config, its origin the grid and the config's index."""
+    preds = [Prediction(dict(p.params), p.true_value, f"study:{name}", f"{name}#{i}")
+             for i, p in enumerate(other.points) if p.feasible]
+    return Knowledge(preds, [{"kind": "study", "study": name, "measured": len(preds)}])
+
+
 def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
-           rules: bool = True) -> Run:
+           rules: bool = True, knowledge: Knowledge | None = None) -> Run:
     """One study of ``n_trials`` launches, run by the live driver (``tuner.study.run``) with the
     replay executor; greedy and grid stop earlier once they have nothing left to propose.
 
@@ -204,23 +225,28 @@ def replay(space: Space, grid: Grid, strategy: str, seed: int, n_trials: int, *,
     live = replay_space(space, strategy, seed, n_trials, rules=rules)
     study = optuna.create_study(direction=live.objective.direction, sampler=sampler_for(live),
                                 pruner=optuna.pruners.NopPruner())
+    if knowledge is not None:  # as lifecycle.create does with --warm-start
+        queue(study, live, knowledge)
+        study.sampler = sampler_for(live, predictions=knowledge.predictions)
     handle = StudyHandle(study, live, "replay://memory")
     executor = ReplayExecutor(handle, grid=grid, seed=seed)
     run = Run(strategy, seed, study=study)
     recorder = TrialRecorder(study, live, handle.url, artifacts=False)
     run_study(handle, executor=executor, n_trials=n_trials, recorder=recorder,
-              reporter=_Collector(run, grid, executor, study))
+              reporter=Collector(run, grid, executor, study))
     return run
 
 
 def run_all(space: Space, grid: Grid, strategies: list[str], seeds: int, n_trials: int,
-            log=print, rules: bool = True) -> tuple[dict[str, list[Run]], dict[str, str]]:
+            log=print, rules: bool = True,
+            warm: Knowledge | None = None) -> tuple[dict[str, list[Run]], dict[str, str]]:
     runs: dict[str, list[Run]] = {}
     skipped: dict[str, str] = {}
     for name in strategies:
         t0 = time.monotonic()
         try:
-            runs[name] = [replay(space, grid, name, seed, n_trials, rules=rules)
+            runs[name] = [replay(space, grid, name, seed, n_trials, rules=rules,
+                                 knowledge=warm if name == "tpe-warm" else None)
                           for seed in range(seeds)]
         except InputError as exc:
             skipped[name] = str(exc)
@@ -331,6 +357,18 @@ def targets(summary: dict, runs: dict[str, list[Run]], *, n_grid: int) -> list[d
             "detail": f"greedy: {100 * g_final:.1f}% of optimum after {launches:.1f} launches "
                       f"(mean; {min(r.launches for r in g)}–{max(r.launches for r in g)}); "
                       + "; ".join(parts),
+        })
+    if "tpe-warm" in summary:
+        med = summary["tpe-warm"]["reach_trials_median"]
+        out.append({
+            "target": "warm start from the other workload's grid reaches within 2% in <= 6 trials "
+                      "(median)",
+            "met": med is not None and med <= 6,
+            "detail": f"tpe-warm: median trials {_fmt(med, 1)}, median launches "
+                      f"{_fmt(summary['tpe-warm']['reach_launches_median'], 1)}, reached in "
+                      f"{100 * summary['tpe-warm']['reach_rate']:.0f}% of seeds"
+                      + (f"; tpe: {_fmt(summary['tpe']['reach_trials_median'], 1)}"
+                         if "tpe" in summary else ""),
         })
     if "tpe-mf" in summary and "tpe" in summary:
         mf, full = summary["tpe-mf"]["reach_seconds_median"], summary["tpe"]["reach_seconds_median"]
@@ -541,7 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--space", default=str(DEFAULT_SPACE))
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--trials", type=int, default=None, help="budget per study (default: grid size)")
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--strategies", default=",".join(s for s in STRATEGIES if s != "tpe-warm"))
+    ap.add_argument("--warm-start-grid", default=None,
+                    help="another measured grid of the same knobs (another workload): adds the "
+                         "strategy tpe-warm, warm-started from its measured means")
     ap.add_argument("--out", default=str(HERE / "data" / "replay-results.json"))
     ap.add_argument("--markdown", default=str(HERE / "data" / "replay-results.md"))
     ap.add_argument("--img-dir", default=str(REPO / "docs" / "img"))
@@ -572,9 +613,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(strategies) - set(STRATEGIES)
     if unknown:
         sys.exit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
+    warm = None
+    if args.warm_start_grid:
+        warm = warm_knowledge(Grid.load(Path(args.warm_start_grid), args.metric),
+                              Path(args.warm_start_grid).stem)
+        strategies += [] if "tpe-warm" in strategies else ["tpe-warm"]
+    elif "tpe-warm" in strategies:
+        sys.exit("tpe-warm needs --warm-start-grid")
 
     runs, skipped = run_all(space, grid, strategies, args.seeds, n_trials,
-                            rules=not args.no_rules)
+                            rules=not args.no_rules, warm=warm)
     full_cost = sum(p.mean_cost() for p in grid.points)  # the whole grid at full fidelity
     budgets_trials = sorted({max(1, n_grid // 4), 7, n_grid // 2, n_trials})
     budgets_seconds = [full_cost * f for f in (0.125, 0.25, 0.5)]

@@ -5,11 +5,19 @@ A prediction is a config with a number that should rank like the objective: a pe
 estimate (``tuner.estimate``), or the value an earlier study measured for the same config on another
 workload, GPU or engine version (a warm start). The sampler:
 
-- at each trial, with probability ``share`` proposes the unmeasured candidate whose *corrected*
-  prediction is best, and otherwise leaves the trial to the base sampler (TPE);
+- at each trial, with probability ``share`` proposes the unmeasured candidate with the largest
+  *expected improvement* over the best measured value, and otherwise leaves the trial to the base
+  sampler (TPE);
 - corrects a prediction by the log-ratio measured/predicted that the study has seen: per source and
   engine (a per-engine bias), plus the residual of the nearest measured configs (a knob-dependent
   distortion);
+- is as unsure of a corrected prediction as the corrections have scattered (the spread of the
+  measured log-ratios around their engine's bias; ``TAU_UNTESTED`` before there are any), less so
+  the nearer the candidate is to a measured config: a config next to a measured one that did not
+  beat the best is not worth a launch, one in an unmeasured region with a good prediction is;
+- measures distance in the knobs the predictions depend on: a knob that never changes a predicted
+  value (max_seq_len to a throughput model) does not make two configs different, so the sampler does
+  not launch a config the model cannot tell apart from one measured already;
 - sets ``share`` from how well the predictions have ranked the measured configs so far (Spearman's rho):
   a prior that ranks well keeps steering, a misleading one hands the search back to the base sampler, so
   a bad prior can cost a few launches but never the result.
@@ -23,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,6 +46,11 @@ MIN_FOR_TRUST = 4
 SHARE_TRUSTED = 0.8      # share of trials the prior proposes while it ranks well
 SHARE_FLOOR = 0.15       # a misleading prior still proposes this share (it may recover)
 NEIGHBOURS = 3
+# Spread of log(measured / predicted) assumed before the study has measured enough to estimate it:
+# a performance model off by ~35 % (aiconfigurator#1205 reports ~45 % TTFT error on A100 with vLLM).
+TAU_UNTESTED = 0.3
+TAU_FLOOR = 0.03         # never surer than launch-to-launch noise (0-3 %, h200-transformers.md)
+MIN_FOR_SPREAD = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,10 @@ class Prediction:
     origin: str = ""  # where a measured prediction was measured: "<study>#<trial>"
 
     def key(self) -> tuple:
+        return self._key
+
+    @cached_property
+    def _key(self) -> tuple:  # once per prediction: a landscape's are scored at every trial
         return config_key(self.params)
 
 
@@ -80,11 +98,16 @@ class PriorSampler(optuna.samplers.BaseSampler):
                  maximize: bool = True, seed: int | None = None, engine_param: str = "engine"):
         self.base = base
         self.predictions = [p for p in predictions if p.value > 0 and math.isfinite(p.value)]
-        self._by_key = {p.key(): p for p in self.predictions}
+        self._pred_keys = [p.key() for p in self.predictions]
+        self._by_key = dict(zip(self._pred_keys, self.predictions))
         self.maximize = maximize
         self.engine_param = engine_param
         self._rng = np.random.default_rng(seed)
         self._chosen: dict[int, dict[str, Any]] = {}
+        self._keys = sorted({k for p in self.predictions for k in p.params})
+        self._codes: dict[tuple[type, Any], tuple[float, int]] = {}
+        self._table = self._encode(self.predictions)
+        self._weights = self._knob_weights()
 
     # ---- what the study has taught ---------------------------------------------------------------
 
@@ -113,35 +136,125 @@ class PriorSampler(optuna.samplers.BaseSampler):
         """The prediction times the error this study has seen: the mean log-ratio of its source and
         engine (shrunk towards the source's mean), plus the residual of its nearest measured
         neighbours."""
-        same_source = [(q, math.log(v / q.value)) for q, v in measured if q.source == p.source]
-        if not same_source:
-            return p.value
-        engine = p.params.get(self.engine_param)
-        global_bias = float(np.mean([r for _, r in same_source]))
-        own = [(q, r) for q, r in same_source if q.params.get(self.engine_param) == engine]
-        n = len(own)
-        bias = (sum(r for _, r in own) + global_bias) / (n + 1)
-        if own:
-            near = sorted(own, key=lambda qr: _distance(p.params, qr[0].params))[:NEIGHBOURS]
-            weights = [1.0 / (1.0 + _distance(p.params, q.params)) for q, _ in near]
-            resid = sum(w * (r - bias) for w, (_, r) in zip(weights, near)) / sum(weights)
-            bias += resid * n / (n + 1)
-        return p.value * math.exp(bias)
+        return float(self._corrected(self._encode([p]), measured)[0])
+
+    def _corrected(self, cands: _Encoded, measured: Sequence[tuple[Prediction, float]]) -> np.ndarray:
+        """``corrected`` for many candidates at once (a landscape has thousands of predictions, and
+        the sampler scores every unmeasured one at each trial)."""
+        out = cands.value.copy()
+        if not measured:
+            return out
+        meas = self._encode([q for q, _ in measured])
+        ratio = np.log(np.array([v for _, v in measured]) / meas.value)
+        for source in set(cands.source):
+            same = meas.source == source
+            if not same.any():
+                continue
+            global_bias = float(ratio[same].mean())
+            for engine in set(cands.engine[cands.source == source]):
+                rows = np.flatnonzero((cands.source == source) & (cands.engine == engine))
+                own = np.flatnonzero(same & (meas.engine == engine))
+                n = len(own)
+                bias = (float(ratio[own].sum()) + global_bias) / (n + 1)
+                if n:
+                    dist = _distances(cands.take(rows), meas.take(own), self._weights)
+                    # rounded: equal distances summed in another order stay ties (measured order)
+                    near = np.argsort(dist.round(9), axis=1, kind="stable")[:, :NEIGHBOURS]
+                    weights = 1.0 / (1.0 + np.take_along_axis(dist, near, axis=1))
+                    resid = (weights * (ratio[own][near] - bias)).sum(1) / weights.sum(1)
+                    out[rows] *= np.exp(bias + resid * n / (n + 1))
+                else:
+                    out[rows] *= math.exp(bias)
+        return out
+
+    def _encode(self, preds: Sequence[Prediction]) -> _Encoded:
+        num = np.full((len(preds), len(self._keys)), np.nan)
+        code = np.empty((len(preds), len(self._keys)), dtype=np.int64)
+        for j, k in enumerate(self._keys):
+            column = [self._value_code(p.params.get(k)) for p in preds]
+            num[:, j] = [x for x, _ in column]
+            code[:, j] = [c for _, c in column]
+        engine = [self._value_code(p.params.get(self.engine_param))[1] for p in preds]
+        return _Encoded(num, code, np.array(engine, dtype=np.int64),
+                        np.array([p.source for p in preds], dtype=object),
+                        np.array([p.value for p in preds], dtype=float))
+
+    def _value_code(self, value: Any) -> tuple[float, int]:
+        """(log of a positive number or nan, a code equal for equal values of one type)."""
+        key = (type(value), value)
+        if key not in self._codes:
+            self._codes[key] = (math.log(value) if _positive_number(value) else math.nan,
+                                len(self._codes))
+        return self._codes[key]
+
+    def _knob_weights(self) -> np.ndarray:
+        """1 for a knob the predictions depend on, 0 for one they never do: among predictions that
+        differ in that knob alone, every value is the same (and there is at least one such pair)."""
+        weights = np.ones(len(self._keys))
+        for j in range(len(self._keys)):
+            others = np.delete(self._table.code, j, axis=1)
+            groups: dict[bytes, float] = {}
+            paired = False
+            for row, value in zip(others, self._table.value):
+                first = groups.setdefault(row.tobytes(), value)
+                if first is not value:
+                    paired = True
+                    if abs(value / first - 1) > 1e-9:
+                        break
+            else:
+                if paired:
+                    weights[j] = 0.0
+        return weights
+
+    def _spread(self, measured: Sequence[tuple[Prediction, float]]) -> float:
+        """How far a corrected prediction may be off: the scatter of the measured log-ratios
+        around their (source, engine) mean."""
+        groups: dict[tuple, list[float]] = {}
+        for p, v in measured:
+            groups.setdefault((p.source, p.params.get(self.engine_param)), []).append(
+                math.log(v / p.value))
+        resid = [r - float(np.mean(rs)) for rs in groups.values() if len(rs) > 1 for r in rs]
+        if len(resid) < MIN_FOR_SPREAD:
+            return TAU_UNTESTED
+        return max(TAU_FLOOR, float(np.sqrt(np.mean(np.square(resid)))))
+
+    def expected_improvement(self, cands: _Encoded, measured: Sequence[tuple[Prediction, float]],
+                             best: float | None) -> np.ndarray:
+        """E[max(0, value - best)] (for minimising, of 1/value over 1/best) with the value lognormal:
+        median the corrected prediction, log-spread ``_spread`` times sqrt(1 - exp(-d)) for the
+        distance d to the nearest measured config (0 at a measured config, the full spread far
+        from all of them). Without a best value yet, the corrected prediction itself."""
+        mean = np.log(self._corrected(cands, measured))
+        if best is None or best <= 0:
+            return mean if self.maximize else -mean
+        if measured:
+            near = _distances(cands, self._encode([q for q, _ in measured]), self._weights).min(1)
+            sd = self._spread(measured) * np.sqrt(1.0 - np.exp(-near))
+        else:
+            sd = np.full(len(mean), TAU_UNTESTED)
+        target = math.log(best)
+        if not self.maximize:
+            mean, target = -mean, -target
+        sd = np.maximum(sd, 1e-12)
+        z = (mean - target) / sd
+        return np.exp(mean + sd ** 2 / 2) * _normal_cdf(z + sd) - math.exp(target) * _normal_cdf(z)
 
     def pick(self, trials: Sequence[FrozenTrial]) -> Prediction | None:
-        """The unmeasured candidate with the best corrected prediction, or None (the base sampler's
-        turn, or nothing left)."""
+        """The unmeasured candidate with the largest expected improvement, or None (the base
+        sampler's turn, or nothing left)."""
         measured = self._measured(trials)
         if self._rng.random() >= self.share(measured):
             return None
         tried = {config_key(t.params) for t in trials
                  if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)}
-        open_ = [p for p in self.predictions if p.key() not in tried]
-        if not open_:
+        open_ = np.array([i for i, k in enumerate(self._pred_keys) if k not in tried], dtype=int)
+        if not len(open_):
             return None
-        scored = [(self.corrected(p, measured), p) for p in open_]
-        best = max(scored, key=lambda s: s[0]) if self.maximize else min(scored, key=lambda s: s[0])
-        return best[1]
+        served = [t.value for t in trials if t.state == TrialState.COMPLETE and t.value is not None
+                  and schema.launched(t) and schema.is_feasible(t) and t.value > 0]
+        best = (max(served) if self.maximize else min(served)) if served else None
+        scores = self.expected_improvement(self._table.take(open_), measured, best)
+        return self.predictions[open_[int(np.argmax(scores))]]
 
     # ---- Optuna's sampler interface ----------------------------------------------------------------
 
@@ -191,20 +304,39 @@ def _contains(dist: BaseDistribution, value: Any) -> bool:
         return False
 
 
-def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """Knob-space distance: a categorical or boolean mismatch counts 1, a numeric knob its log-ratio
-    (a factor of e counts 1)."""
-    d = 0.0
-    for k in set(a) | set(b):
-        x, y = a.get(k), b.get(k)
-        if x == y:
-            continue
-        if (isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool)
-                and not isinstance(y, bool) and x > 0 and y > 0):
-            d += abs(math.log(x / y))
-        else:
-            d += 1.0
-    return d
+@dataclass(frozen=True)
+class _Encoded:
+    """Predictions as arrays: per knob the log of a positive number (nan otherwise) and a code for
+    equality; the engine's code, the source and the predicted value."""
+
+    num: np.ndarray
+    code: np.ndarray
+    engine: np.ndarray
+    source: np.ndarray
+    value: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _Encoded:
+        return _Encoded(self.num[rows], self.code[rows], self.engine[rows], self.source[rows],
+                        self.value[rows])
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def _distances(a: _Encoded, b: _Encoded, weights: np.ndarray) -> np.ndarray:
+    """Knob-space distance of every pair: a categorical or boolean mismatch (or a knob one config
+    lacks) counts 1, a numeric knob its log-ratio (a factor of e counts 1); each knob times its
+    weight (0: the predictions never depend on it)."""
+    na, nb = a.num[:, None, :], b.num[None, :, :]
+    numeric = np.isfinite(na) & np.isfinite(nb)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(na - nb)
+    return (np.where(numeric, gap, a.code[:, None, :] != b.code[None, :, :]) * weights).sum(-1)
 
 
 def seeds(predictions: Sequence[Prediction], k: int, *, maximize: bool = True,

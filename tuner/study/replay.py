@@ -7,6 +7,11 @@ measured launch of its config and one of that launch's full repeats (the measure
 charged the engine-seconds that launch took (ready + teardown, plus the screen and/or one full
 benchmark; a refused config is charged its time to fail). Draws are common random numbers: the k-th
 launch of a config in seed s draws the same measured launch whichever strategy asks for it.
+
+A grid of several engines keys its points by ``engine`` too (a knob named ``ENGINE_PARAM``), and a
+conditional knob that a config does not have (SGLang's max_num_tokens without chunked prefill) is
+None in its key. Each point carries its own costs, so a grid may be simulated (benchmarks/
+replay_gpu.py builds one per GPU landscape) as well as measured.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tuner.engines.failures import Failure
 from tuner.engines.spec import load_engine
 from tuner.files import read_text
 from tuner.record import schema
+from tuner.space import ENGINE_PARAM
 from tuner.study.executors import EXECUTORS, Finished, Hooks
 from tuner.study.task import TrialTask
 from tuner.trial.runner import TrialOutcome
@@ -84,7 +90,8 @@ class Grid:
         self.optimum = max(feasible) if direction == "maximize" else min(feasible)
 
     def key(self, params: dict) -> tuple:
-        return tuple(params[k] for k in self.knobs)
+        """A knob the config does not have (a conditional one) is None."""
+        return tuple(params.get(k) for k in self.knobs)
 
     def index(self, params: dict) -> int:
         try:
@@ -183,7 +190,7 @@ class ReplayExecutor:
 
     def _outcome(self, task: TrialTask) -> TrialOutcome:
         space, engine = task.space, task.engine
-        idx = self.grid.index({k: task.knobs[k] for k in self.grid.knobs})
+        idx = self.grid.index({ENGINE_PARAM: engine, **task.knobs})
         occ = self._occurrences.get(idx, 0)
         self._occurrences[idx] = occ + 1
         draw = np.random.default_rng([self.seed, idx, occ])

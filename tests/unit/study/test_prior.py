@@ -8,6 +8,7 @@ import math
 import random
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from tuner.record import schema
@@ -113,6 +114,39 @@ def test_a_misleading_prior_costs_launches_not_the_result():
     finals = [_best(_run(inverted, 30, seed)) / OPTIMUM for seed in range(8)]
     controls = [_best(_run([], 30, seed)) / OPTIMUM for seed in range(8)]
     assert sum(finals) / len(finals) >= sum(controls) / len(controls) - 0.05, (finals, controls)
+
+
+def _twins():
+    """Predictions that ignore max_seq_len (a throughput model does): each config has twins the
+    model cannot tell apart."""
+    return [_pred({**c, "max_seq_len": m}, _truth(c["engine"], c["max_num_seqs"], c["max_num_tokens"]))
+            for c in _configs() for m in (4096, 40960)]
+
+
+def test_a_twin_of_a_measured_config_is_not_launched_when_it_cannot_beat_the_best():
+    # The top prediction was measured 20 % below it. Its twin (other max_seq_len, same prediction)
+    # would be corrected to the same number: nothing to gain. The prior proposes elsewhere.
+    preds = _twins()
+    top = max(preds, key=lambda p: p.value)
+    study = optuna.create_study(direction="maximize")
+    study.enqueue_trial(dict(top.params))
+    t = study.ask()
+    for name, values in (("engine", ENGINES), ("max_num_seqs", SEQS), ("max_num_tokens", TOKENS),
+                         ("max_seq_len", [4096, 40960])):
+        t.suggest_categorical(name, values)
+    t.set_user_attr(schema.ARM, schema.SEARCH)
+    study.tell(t, 0.8 * top.value)
+    sampler = PriorSampler(optuna.samplers.RandomSampler(seed=0), preds, seed=0)
+    twin = {**top.params, "max_seq_len": 4096 if top.params["max_seq_len"] == 40960 else 40960}
+    picks = [sampler.pick(study.trials) for _ in range(20)]
+    picks = [p.params for p in picks if p is not None]
+    assert picks and twin not in picks
+    # the neighbour in a knob the model does depend on is still worth a look
+    scores = sampler.expected_improvement(sampler._encode(preds), [(top, 0.8 * top.value)],
+                                          0.8 * top.value)
+    by_params = {tuple(sorted(p.params.items())): s for p, s in zip(preds, scores)}
+    assert by_params[tuple(sorted(twin.items()))] == pytest.approx(0.0, abs=1e-6)
+    assert max(scores) > 0.01 * top.value
 
 
 def test_seeds_spread_over_engines_and_quantizations():
