@@ -4,6 +4,7 @@ import optuna
 import pytest
 
 from tuner.errors import InputError
+from tuner.record import results, schema
 from tuner.record.results import ConfigStats, gain
 from tuner.study.samplers import (
     GreedySampler,
@@ -141,3 +142,14 @@ def test_greedy_counts_infeasible_configs_as_tried_and_never_keeps_them():
     assert len([t for t in study.trials if t.params["seqs"] == 8]) == 1
     assert study.sampler.done(study)
     assert study.sampler._next(study, -1)["seqs"] == 2  # the best feasible rung, not 8
+
+
+def test_once_configs_are_repeated_a_single_lucky_launch_is_not_recommended():
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.CategoricalDistribution([1, 2])}
+    for x, value in ((1, 900.0), (1, 800.0), (1, 850.0), (2, 1000.0)):  # x=2: one launch only
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, value=value,
+                                                  user_attrs={schema.ARM: schema.SEARCH},
+                                                  constraints={schema.ENGINE_START: 0.0}))
+    best = results.best_config(study)
+    assert best.params == {"x": 1} and best.n == 3 and best.median == 850.0
