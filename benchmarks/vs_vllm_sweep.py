@@ -430,7 +430,7 @@ def judge_launch(config: dict | None, wl: dict, work: Path, tag: str) -> dict:
         ready_s = time.monotonic() - t0
         result = work / f"{tag}.json"
         proc = subprocess.run([*bench_argv(port, wl), "--save-result", "--result-dir", str(work),
-                               "--result-filename", result.name], stdout=log,
+                               "--result-filename", result.name], check=False, stdout=log,
                               stderr=subprocess.STDOUT, env=engine_env(), timeout=1800)
         if proc.returncode != 0 or not result.exists():
             return {"ok": False, "error": f"vllm bench serve exited {proc.returncode}"}
@@ -608,14 +608,14 @@ def tables(data: dict) -> str:
         key = json.dumps(config if config is not None else DEFAULTS, sort_keys=True)
         return f"{rank_of[key]} of {len(ranked)}" if key in rank_of else "-"
 
-    lines = ["| tool | wall-clock to its recommendation | launches | refused configs launched "
-             "| engine-s | recommends | its own value (n) | rank in the sweep's table "
-             "| judged median tok/s [95 % CI] | ratio to the sweep's [95 % CI] |",
+    lines = [("| tool | wall-clock to its recommendation | launches | refused configs launched "
+              "| engine-s | recommends | its own value (n) | rank in the sweep's table "
+              "| judged median tok/s [95 % CI] | ratio to the sweep's [95 % CI] |"),
              "|---|---|---|---|---|---|---|---|---|---|",
-             f"| `vllm bench sweep serve` | {sweep['wall_s'] / 60:.1f} min | {sweep['launches']} "
-             f"| {len(sweep['refused'])} | {sweep['engine_s']:.0f} | {short(sweep['recommendation'])} "
-             f"| {sweep['recommended_value']:.0f} (mean of {len(ranked[0]['values'])} runs, 1 launch) "
-             f"| 1 of {len(ranked)} | {judged_cell('sweep')} | 1 |"]
+             (f"| `vllm bench sweep serve` | {sweep['wall_s'] / 60:.1f} min | {sweep['launches']} "
+              f"| {len(sweep['refused'])} | {sweep['engine_s']:.0f} | {short(sweep['recommendation'])} "
+              f"| {sweep['recommended_value']:.0f} (mean of {len(ranked[0]['values'])} runs, 1 launch) "
+              f"| 1 of {len(ranked)} | {judged_cell('sweep')} | 1 |")]
     for key, run in tune.items():
         phases = run["phases"]
         wall = (f"{run['wall_s'] / 60:.1f} min ({phases['start']['wall_s'] / 60:.1f} search + "
@@ -640,8 +640,8 @@ def tables(data: dict) -> str:
     lines.append(f"| - | {len(sweep['refused'])} configs refused by vLLM | - | - | - |")
 
     if judged:
-        lines += ["", f"The judge ({judged['rounds']} interleaved rounds, one launch and one "
-                  "`vllm bench serve` run each):", "",
+        lines += ["", (f"The judge ({judged['rounds']} interleaved rounds, one launch and one "
+                       "`vllm bench serve` run each):"), "",
                   "| config | recommended by | values tok/s (round order) | median [95 % CI] |",
                   "|---|---|---|---|"]
         for c in judged["configs"]:
@@ -652,8 +652,8 @@ def tables(data: dict) -> str:
                          f"| {short(c['config'])} | {', '.join(c['labels'])} | - | - |")
     probe = data.get("abort_probe")
     if probe and "run" in probe:
-        lines += ["", "Without `--continue-on-error`, on a 3-config grid whose second config vLLM "
-                  "refuses (one run each):", "",
+        lines += ["", ("Without `--continue-on-error`, on a 3-config grid whose second config "
+                       "vLLM refuses (one run each):"), "",
                   "| run | exit code | configs launched | configs measured | summary.csv | last line |",
                   "|---|---|---|---|---|---|"]
         for name in ("run", "resume"):
@@ -668,12 +668,12 @@ def tables(data: dict) -> str:
 # ---- main ------------------------------------------------------------------------------------------
 
 def machine() -> dict:
-    version = subprocess.run([str(VLLM), "--version"], capture_output=True, text=True,
+    version = subprocess.run([str(VLLM), "--version"], check=False, capture_output=True, text=True,
                              env=engine_env()).stdout.strip().splitlines()
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
     git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
+                         check=False, capture_output=True, text=True).stdout.strip()
     return {"host_cpu": cpu, "cores": os.cpu_count(),
             "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "python": platform.python_version(), "vllm": version[-1] if version else None,
@@ -753,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
                 refused_in_grid=sum(map(refused_by_vllm, configs)))
     if "machine" not in data:
         data["machine"] = machine()
-    data.setdefault("started", dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    data.setdefault("started", dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     data.setdefault("commands", []).append(" ".join(  # a --resume adds its own
         [Path(sys.executable).name, "benchmarks/vs_vllm_sweep.py",
          *(argv if argv is not None else sys.argv[1:])]))
@@ -791,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         data["judge"] = judge(arms, wl, work / "judge", args.judge_rounds)
         save()
     if "finished" not in data or set(PHASES) - before:  # a phase ran in this invocation
-        data["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        data["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     data["noise"] = noise(data)
     save()
     out.with_suffix(".md").write_text(tables(data))
