@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -292,3 +293,21 @@ class AnsweringExecutor:
 
     def close(self):
         pass
+
+
+_SAVE_WEIGHTS = r"""
+import sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+torch.manual_seed(0)
+AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])
+"""
+
+
+def seeded_weights_copy(model: Path, python: Path, dest: Path) -> Path:
+    """A copy of ``model`` with seeded random weights saved by an engine's own ``python`` (engines
+    that load real weights; the same seed gives every engine the same weights)."""
+    path = dest / model.name
+    shutil.copytree(model, path)
+    subprocess.run([str(python), "-c", _SAVE_WEIGHTS, str(path)], check=True, capture_output=True,
+                   timeout=300)
+    return path

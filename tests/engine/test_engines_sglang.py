@@ -4,14 +4,12 @@ vLLM's, a refusal classified, and teardown leaving no process."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import DATA
+from tests.helpers import DATA, seeded_weights_copy
 from tuner.configs.translate import build_plan
 from tuner.engines.failures import classify_exit
 from tuner.engines.spec import load_engine
@@ -24,14 +22,6 @@ from tuner.trial.runner import run_trial
 VERSION = "0.5.5.post1"
 LOGS = DATA / "logs"
 PROMPT = "def main():\n    print("
-SAVE_WEIGHTS = r"""
-import sys, torch
-from transformers import AutoConfig, AutoModelForCausalLM
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])
-"""
-
-
 @pytest.fixture(scope="module")
 def sglang_python() -> Path:
     venv = cache_dir() / "engines" / "sglang-cpu"
@@ -46,11 +36,7 @@ def sglang_python() -> Path:
 @pytest.fixture(scope="module")
 def weighted_model(tiny_model_path, sglang_python, tmp_path_factory) -> Path:
     """The tiny model with seeded random weights saved, so engines can be compared token for token."""
-    path = tmp_path_factory.mktemp("model") / "tiny-qwen3"
-    shutil.copytree(tiny_model_path, path)
-    subprocess.run([str(sglang_python), "-c", SAVE_WEIGHTS, str(path)],
-                   check=True, capture_output=True, timeout=300)
-    return path
+    return seeded_weights_copy(tiny_model_path, sglang_python, tmp_path_factory.mktemp("model"))
 
 
 def _space(sglang_python: Path, model_path: Path):

@@ -4,13 +4,12 @@ engines/transformers.yaml and answers a streamed /v1/completions request built l
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.helpers import seeded_weights_copy
 from tuner.bench.config import BenchConfig
 from tuner.bench.request import build_payload
 from tuner.configs.translate import build_plan
@@ -23,22 +22,11 @@ from tuner.trial.runner import bench_config
 
 pytestmark = pytest.mark.engine
 
-SAVE_WEIGHTS = r"""
-import sys, torch
-from transformers import AutoConfig, AutoModelForCausalLM
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])
-"""
-
-
 @pytest.fixture(scope="module")
 def weighted_model(tiny_model_path, transformers_bin, tmp_path_factory) -> Path:
     """The tiny model with random weights saved: transformers serve loads real weights."""
-    path = tmp_path_factory.mktemp("model") / "tiny-qwen3"
-    shutil.copytree(tiny_model_path, path)
-    subprocess.run([str(transformers_bin.parent / "python"), "-c", SAVE_WEIGHTS, str(path)],
-                   check=True, capture_output=True, timeout=300)
-    return path
+    return seeded_weights_copy(tiny_model_path, transformers_bin.parent / "python",
+                               tmp_path_factory.mktemp("model"))
 
 
 def test_transformers_serve_starts_and_streams(weighted_model, tmp_path):

@@ -4,13 +4,12 @@ and says why the logprob metrics are not measured; a repeat on the same server i
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.helpers import seeded_weights_copy
 from tuner.configs.translate import build_plan
 from tuner.engines.spec import load_engine
 from tuner.paths import SPACES_DIR
@@ -21,21 +20,10 @@ from tuner.trial.quality import CANDIDATE, REFERENCE, ProbeTask, probe
 
 pytestmark = pytest.mark.engine
 
-SAVE_WEIGHTS = r"""
-import sys, torch
-from transformers import AutoConfig, AutoModelForCausalLM
-torch.manual_seed(0)
-AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])
-"""
-
-
 @pytest.fixture(scope="module")
 def weighted_model(tiny_model_path, transformers_bin, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("model") / "tiny-qwen3"
-    shutil.copytree(tiny_model_path, path)
-    subprocess.run([str(transformers_bin.parent / "python"), "-c", SAVE_WEIGHTS, str(path)],
-                   check=True, capture_output=True, timeout=300)
-    return path
+    return seeded_weights_copy(tiny_model_path, transformers_bin.parent / "python",
+                               tmp_path_factory.mktemp("model"))
 
 
 def test_transformers_probe_compares_tokens_and_its_repeat_is_the_noise_floor(weighted_model,
