@@ -20,6 +20,7 @@ from typing import Literal
 import httpx
 
 from tuner import downloads, fingerprint
+from tuner.engines.installed import read_record
 from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import load_engine
 from tuner.errors import InputError
@@ -34,6 +35,7 @@ Status = Literal["ok", "warn", "fail"]
 HUB = "https://huggingface.co"
 _HUB_TIMEOUT_S = 3.0
 _PROBE_TIMEOUT_S = 20.0
+_FOLDER_TIMEOUT_S = 120.0   # importing vLLM or SGLang takes seconds to tens of seconds
 _GIB = 1 << 30
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "fp8": 1}
 
@@ -135,6 +137,8 @@ def _probe_engine(name: str, choice: EngineChoice) -> _EngineProbe:
     its interpreter holds a CUDA build of torch; one whose packages cannot be read (a wrapper
     script, another runtime) is not failed for it: the launch will tell."""
     spec = load_engine(name)
+    if choice.install is not None:
+        return _probe_folder(name, Path(expand(choice.install)))
     if choice.container is not None:
         c = choice.container
         try:
@@ -162,6 +166,60 @@ def _probe_engine(name: str, choice: EngineChoice) -> _EngineProbe:
     version = (versions or {}).get(spec.package or "", "unknown")
     detail = f"{where}, {spec.package or name} {version}" + (f", torch {torch}" if torch else "")
     return _EngineProbe(Row(f"engine {name}", "ok", detail), needs_gpu)
+
+
+_FOLDER_PROBE = """
+import importlib, importlib.metadata as m, json, sys
+out = {"version": None, "import_error": None, "torch": None, "gpus": 0}
+try:
+    out["version"] = m.version(sys.argv[1])
+    importlib.import_module(sys.argv[1])
+except Exception as e:  # the engine's own import error is the finding
+    out["import_error"] = f"{type(e).__name__}: {e}"
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["gpus"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+except Exception as e:
+    out["import_error"] = out["import_error"] or f"torch: {type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+def _probe_folder(name: str, folder: Path) -> _EngineProbe:
+    """An engine installed into a folder: its install record, its version as installed, that it
+    imports under the interpreter it was installed for, and that this interpreter's torch sees a
+    GPU (what the engine would see: the same environment, CUDA_VISIBLE_DEVICES included)."""
+    check = f"engine {name}"
+    try:
+        rec = read_record(folder)
+    except InputError as exc:
+        return _EngineProbe(Row(check, "fail", f"folder {folder}", str(exc)), True)
+    if rec.engine != name:
+        return _EngineProbe(Row(check, "fail", f"{folder} holds {rec.engine} {rec.version}",
+                                f"install the {name} kit into a folder of its own"), True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = subprocess.run([rec.python, "-c", _FOLDER_PROBE, rec.package], check=False, capture_output=True,
+                              text=True, timeout=_FOLDER_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return _EngineProbe(Row(check, "fail", f"{rec.python} could not be asked about {folder}: {exc}",
+                                "the folder's interpreter (install record's python) must run here"), True)
+    where = f"{folder} ({rec.package} {found['version'] or '?'}, python {rec.python})"
+    if found["version"] != rec.version:
+        return _EngineProbe(Row(check, "fail", f"{where}: the install record says {rec.version}",
+                                "the folder was changed after the kit installed it: reinstall into an "
+                                "empty folder"), True)
+    if found["import_error"]:
+        return _EngineProbe(Row(check, "fail", f"{where}: import fails: {found['import_error']}",
+                                "a wheel the engine imports is missing from the kit: rebuild it, or "
+                                "install the missing wheel into the folder"), True)
+    if not found["gpus"]:
+        return _EngineProbe(Row(check, "fail", f"{where}: torch {found['torch']} sees no GPU",
+                                "check nvidia-smi and CUDA_VISIBLE_DEVICES; the engine runs under this "
+                                "interpreter's torch"), True)
+    return _EngineProbe(Row(check, "ok", f"{where}, torch {found['torch']}, {found['gpus']} GPU(s) visible"), True)
 
 
 def _package_versions(argv0: str, packages: list[str]) -> dict[str, str] | None:

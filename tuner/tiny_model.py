@@ -68,19 +68,15 @@ def qwen3_config(
 
 
 # Published shapes of the Qwen3 family (config.json of each), with the local tokenizer's vocabulary.
-SHAPES = {
-    "tiny": {},
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                       max_position_embeddings=40960),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                     max_position_embeddings=40960),
-    "qwen3-14b": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40,
-                      num_attention_heads=40, num_key_value_heads=8, head_dim=128,
-                      max_position_embeddings=40960),
-}
-
+def with_local_tokenizer(published: dict) -> dict:
+    """A published config.json with the local tokenizer's special tokens (its vocabulary is far
+    smaller than the model's, so the published ids would name tokens it never produces); the
+    shapes, the vocabulary size and the embedding tying stay as published, so a dummy-weight
+    benchmark costs what the real model costs."""
+    cfg = {**qwen3_config(), **published}
+    cfg.update(bos_token_id=0, eos_token_id=2, pad_token_id=0, max_window_layers=cfg["num_hidden_layers"])
+    cfg.pop("quantization_config", None)
+    return cfg
 
 def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bfloat16") -> None:
     """Random weights for a built model folder, so engines that cannot use ``--load-format dummy``

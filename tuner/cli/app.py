@@ -22,7 +22,7 @@ from rich.table import Table
 from tuner import deploy as deploy_mod
 from tuner import study as study_mod
 from tuner.cli import bench as bench_command
-from tuner.cli import dashboard, evaluate, ops, plan
+from tuner.cli import dashboard, engine, evaluate, ops, plan
 from tuner.cli import report as report_command
 from tuner.cli.common import App, console, err, fail
 from tuner.cli.common import url as _url
@@ -396,9 +396,10 @@ def import_cmd(
 @model_app.command("tiny")
 def model_tiny(
     path: Path = typer.Argument(..., help="Folder to create."),
-    shape: str = typer.Option("tiny", help="Qwen3 shape: tiny, qwen3-0.6b, qwen3-8b, qwen3-14b."),
+    shape: str = typer.Option("tiny", help="tiny, or a published Qwen3 shape (config.json as on the hub, "
+                              "vocabulary 151936): qwen3-0.6b, qwen3-8b, qwen3-14b, qwen3-32b."),
     weights: bool = typer.Option(True, "--weights/--no-weights", help="Also save random weights: "
-                                 "vLLM needs none (--load-format dummy), transformers serve does."),
+                                 "vLLM and SGLang need none (--load-format dummy), transformers serve does."),
     device: str = typer.Option("cpu", help="Where to create the random weights (cuda with torch)."),
     fp8_variant: Optional[Path] = typer.Option(
         None, "--fp8-variant", help="Also write a torchao FP8 copy of the weights to this folder "
@@ -406,16 +407,20 @@ def model_tiny(
 ) -> None:
     """Write a Qwen3-architecture config and a locally trained tokenizer (no downloads)."""
     from tuner import tiny_model
-    if shape not in tiny_model.SHAPES:
-        fail(f"unknown shape {shape!r}; choose one of {', '.join(tiny_model.SHAPES)}")
+    from tuner.engines.model_config import published_shape, shape_names
+    names = shape_names()
+    if shape != "tiny" and shape not in names:
+        fail(f"unknown shape {shape!r}; choose one of tiny, {', '.join(sorted(names))}")
     if fp8_variant is not None and not weights:
         fail("--fp8-variant quantizes the random weights: leave out --no-weights")
     if fp8_variant is not None and (why := tiny_model.fp8_variant_missing()):
         fail(f"--fp8-variant: {why}")
     if fp8_variant is not None and (fp8_variant / "config.json").exists():
         fail(f"{fp8_variant} already holds a model (config.json); remove it first")
+    config = (tiny_model.qwen3_config() if shape == "tiny"
+              else tiny_model.with_local_tokenizer(published_shape(names[shape])))
     try:
-        out = tiny_model.build(path, config=tiny_model.qwen3_config(**tiny_model.SHAPES[shape]))
+        out = tiny_model.build(path, config=config)
     except FileExistsError as exc:
         fail(str(exc))
     if weights:
@@ -426,6 +431,6 @@ def model_tiny(
         console.print(f"FP8 (torchao) variant written to {variant}")
 
 
-for _module in (bench_command, plan, dashboard, evaluate, report_command, ops):
+for _module in (bench_command, plan, dashboard, engine, evaluate, report_command, ops):
     _module.register(app)
 

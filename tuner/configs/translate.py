@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import yaml
@@ -16,6 +17,7 @@ import yaml
 from tuner.configs import container
 from tuner.configs.checkpoint import checkpoint_for
 from tuner.configs.container import ContainerLaunch
+from tuner.engines.installed import folder_launch
 from tuner.engines.spec import EngineSpec, Knob
 from tuner.errors import InputError
 from tuner.paths import expand
@@ -86,7 +88,8 @@ def build_plan(
     where the client reaches the mapped port).
     """
     model_path = checkpoint_for(spec, model, knobs.get("quantization"))
-    command = list(choice.command or spec.command)
+    folder = folder_launch(spec, Path(expand(choice.install))) if choice.install else None
+    command = list(choice.command or (folder.command if folder else spec.command))
     command[0] = expand(command[0])
     argv = command[:]
     if spec.model_arg:
@@ -123,6 +126,8 @@ def build_plan(
             _set_dotted(config_tree, knob.config_key, engine_value)
         elif engine_value is not None:
             argv += [knob.flag, str(engine_value)]
+    if folder is not None:
+        argv += folder.args
     argv += [expand(a) for a in choice.fixed_args]
 
     config_text = config_name = None
@@ -133,7 +138,7 @@ def build_plan(
         config_text = (yaml.safe_dump(config_tree, sort_keys=False)
                        if spec.config_file.format == "yaml" else json.dumps(config_tree, indent=2))
         argv += [spec.config_file.flag, config_path or config_name]
-    env = {**spec.env, **{k: expand(v) for k, v in choice.env.items()}}
+    env = {**spec.env, **(folder.env if folder else {}), **{k: expand(v) for k, v in choice.env.items()}}
     launch = None
     if choice.container is not None:
         launch = ContainerLaunch(choice.container.runtime, choice.container.image,

@@ -50,13 +50,31 @@ def read_model_config(path: str) -> dict[str, Any]:
 SHAPES_FILE = ENGINES_DIR / "models" / "shapes.yaml"
 
 
+def _shapes() -> dict[str, dict]:
+    return {k: v for k, v in yaml.safe_load(read_text(SHAPES_FILE, "model shapes file")).items()
+            if not k.startswith("_")}
+
+
+def shape_names() -> dict[str, str]:
+    """``tune model tiny --shape`` names (``qwen3-14b``) of the unquantized published shapes, by hub id."""
+    return {hub.split("/")[-1].lower(): hub for hub, shape in _shapes().items()
+            if "quantization_config" not in shape}
+
+
+def published_shape(hub_id: str) -> dict:
+    """The config.json fields of ``hub_id`` as published (vocabulary, tied embeddings and all)."""
+    shape = _shapes().get(hub_id)
+    if shape is None:
+        raise InputError(f"no published shape for {hub_id!r} in {SHAPES_FILE}")
+    return dict(shape)
+
+
 def shape_dir(model: str) -> str | None:
     """A local folder holding the known config.json shape of hub id ``model`` (written once under
     the cache), for performance models that read a config.json; None when the shape is unknown.
     The rules do not use it: they state facts about the checkpoint that will load, or nothing."""
-    shapes = yaml.safe_load(read_text(SHAPES_FILE, "model shapes file"))
-    shape = shapes.get(model)
-    if shape is None or model.startswith("_"):
+    shape = _shapes().get(model)
+    if shape is None:
         return None
     target = cache_dir() / "model-shapes" / model.replace("/", "--")
     config = target / "config.json"

@@ -172,6 +172,71 @@ class QualityProbe(_Strict):
         return self
 
 
+class WhenAbsent(_Strict):
+    """What the engine needs when a kit left out a module or file it can do without (FlashInfer,
+    FlashAttention 3): checked in the installed folder at each launch, so a full install runs as
+    the engine intends and a trimmed one gets the fallback."""
+
+    module: str | None = None            # a top-level package: DIR/<module>/ or DIR/<module>.py
+    file: str | None = None              # a path inside the folder
+    env: dict[str, str] = {}
+    args: list[str] = []
+    why: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "WhenAbsent":
+        if (self.module is None) == (self.file is None):
+            raise ValueError("when_absent: name exactly one of module or file")
+        return self
+
+
+class Installed(_Strict):
+    """How the engine runs from an installed folder (a kit's install.sh, or `pip install
+    --target`) on a host with no network: what the engine needs offline is data, not script."""
+
+    # ``{folder}`` is the installed folder, ``{python}`` the interpreter it was installed for.
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = {}
+    # Each is set to a writable folder of its own under the tuner's cache (compile caches, HF home):
+    # the host may have no writable home, and caches shared across versions go stale.
+    cache_env: list[str] = []
+    # Extra engine args for every launch from a folder (a backend that needs no JIT at run time).
+    args: list[str] = []
+    # CUDA_HOME = the toolkit root of the nvcc on PATH or /usr/local/cuda, and the interpreter's
+    # bin/ (ninja) on PATH: for engines that compile kernels with nvcc at first use.
+    cuda_home: bool = False
+    when_absent: list[WhenAbsent] = []
+    source: str = Field(min_length=1)
+
+
+class KitOmit(_Strict):
+    names: list[str] = Field(min_length=1)
+    why: str = Field(min_length=1)
+
+
+class KitTrim(_Strict):
+    """Files removed from an upstream wheel, only with ``tune engine kit --trim``: each named, each
+    listed in the repacked wheel's ``TRIMMED.txt``."""
+
+    wheel: str
+    files: list[str] = Field(min_length=1)   # fnmatch patterns over the wheel's member names
+    why: str = Field(min_length=1)
+
+
+class Kit(_Strict):
+    """What an offline wheelhouse of the engine takes beyond its declared requirements: the
+    requirements a served dense model never imports, host versions kept despite a pin, and
+    extra pins that keep the kit importable. Read by ``tuner.kit``."""
+
+    package: str
+    pins: dict[str, str] = {}        # requirement -> why (e.g. "openai<3": ...)
+    omit: list[KitOmit] = []
+    keep_host: dict[str, str] = {}   # distribution -> why the host's version works despite the pin
+    trim: list[KitTrim] = []
+    source: str = Field(min_length=1)
+
+
 class EngineSpec(_Strict):
     name: str
     display_name: str
@@ -204,6 +269,8 @@ class EngineSpec(_Strict):
     version_path: str | None = None
     version_key: str = "version"
     quality_probe: QualityProbe = QualityProbe()
+    installed: Installed | None = None
+    kit: Kit | None = None
 
     @model_validator(mode="after")
     def _check_references(self) -> "EngineSpec":

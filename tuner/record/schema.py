@@ -34,6 +34,7 @@ COMMAND = "command"
 ENVIRONMENT = "environment"
 ENGINE_VERSION = "engine_version"
 TIMINGS = "timings"
+GPU_MEMORY_AFTER = "gpu_memory_after_teardown_mib"
 PLACEMENT = "placement"            # node and GPUs of a trial that ran on a Ray worker
 ENGINE_PGID = "engine_pgid"
 ENGINE_URL = "engine_url"

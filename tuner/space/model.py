@@ -94,6 +94,9 @@ class EngineChoice(_Strict):
     command: list[str] | None = None  # replaces the engine's default command (e.g. a venv's binary)
     # Run the command inside this image instead of on the host.
     container: Container | None = None
+    # An installed folder (a kit's install.sh --target DIR): the engine runs from it with what its
+    # spec's `installed:` data says it needs offline (command, environment, fallbacks).
+    install: str | None = None
     env: dict[str, str] = {}
     fixed_args: list[str] = []
     startup_timeout_s: float | None = None
@@ -109,6 +112,12 @@ class EngineChoice(_Strict):
         if v is not None and not v:
             raise ValueError("command must not be empty")
         return v
+
+    @model_validator(mode="after")
+    def _one_way_to_run(self) -> "EngineChoice":
+        if self.install is not None and self.container is not None:
+            raise ValueError("install: runs the engine from a host folder; container: runs it in an image: choose one")
+        return self
 
 
 class Model(_Strict):

@@ -27,7 +27,7 @@ from tuner.space import Scalar, Space, Workload
 from tuner.trial import lm_eval
 from tuner.trial.load_search import describe, find_max_load
 from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
-from tuner.trial.telemetry import TelemetrySampler, derived
+from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use
 
 Phase = Callable[[str], None]
 
@@ -52,6 +52,9 @@ class TrialOutcome:
     quality: dict | None = None          # the quality record (schema.QUALITY)
     quality_answers: list[dict] = field(default_factory=list)  # the probe's answers, per prompt
     quality_path: Path | None = None
+    # GPU memory still in use right after the teardown (NVML, MiB, per GPU index): an engine that
+    # left memory held would make every later trial fail out of memory.
+    gpu_memory_after_mib: dict[str, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -203,6 +206,7 @@ def run_trial(
         t_down = time.monotonic()
         server.stop()
         outcome.timings["teardown_s"] = time.monotonic() - t_down
+        outcome.gpu_memory_after_mib = gpu_memory_in_use()
         outcome.timings["total_s"] = time.monotonic() - t0
 
 

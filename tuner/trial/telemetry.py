@@ -9,6 +9,7 @@ result instead of failing the benchmark.
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 import threading
@@ -206,6 +207,21 @@ class _Nvml:
     def close(self) -> None:
         if hasattr(self, "nvml"):
             self.nvml.nvmlShutdown()
+
+
+def gpu_memory_in_use() -> dict[str, float] | None:
+    """MiB in use on each GPU this process may use (CUDA_VISIBLE_DEVICES narrows NVML's list when it
+    names indices); None without NVML or a GPU."""
+    nvml = _Nvml()
+    try:
+        if not nvml.devices:
+            return None
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        wanted = {v.strip() for v in visible.split(",")} if visible else None
+        return {str(i): round(nvml.nvml.nvmlDeviceGetMemoryInfo(h).used / _MIB, 1)
+                for i, _, h in nvml.devices if wanted is None or str(i) in wanted}
+    finally:
+        nvml.close()
 
 
 class TelemetrySampler:
