@@ -1,4 +1,4 @@
-"""Regenerate the tables of docs/engines.md from tuner/engines/specs/*.yaml, so the docs cannot drift.
+"""Regenerate the tables of docs/engines.md from engines/*.yaml, so the docs cannot drift.
 
 tests/test_engines_docs.py fails when docs/engines.md differs from what this writes.
 Run: .venv/bin/python benchmarks/engines_table.py

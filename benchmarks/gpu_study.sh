@@ -43,7 +43,7 @@ SPACE="$OUT/studies/h200-transformers.yaml"
 python3 - "$LOGS/transformers-serve-help.txt" "$SPACE" <<'PY'
 import sys, yaml
 help_text = open(sys.argv[1]).read()
-space = yaml.safe_load(open("tuner/space/bundled/h200-transformers.yaml"))
+space = yaml.safe_load(open("search_spaces/h200-transformers.yaml"))
 engine = space["engines"]["transformers"]
 args, kept = engine["fixed_args"], []
 i = 0

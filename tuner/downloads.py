@@ -1,61 +1,57 @@
-"""Datasets too large for the repository, fetched once into the data folder (``${TUNER_DATA}``).
+"""Datasets too large for the repository, fetched from their Hugging Face dataset repository.
 
-A download streams into ``<file>.part`` and resumes it with a Range request after an interruption;
-the file gets its real name only after its sha256 matched the pinned one (an atomic rename), so a
-space never reads a truncated or corrupted dataset. On a host that cannot reach the source, the
-error gives the exact command to run elsewhere and where to put the file.
+huggingface_hub does the transfer, so a download gets what every engine already relies on for
+weights: HF_TOKEN, HF_ENDPOINT for a mirror, the HF cache the engines mount, retries that resume a
+cut transfer with a Range request, a size check, and a temporary file that only takes the real name
+when whole. The client does not compare a fresh download with the sha256 the hub publishes for an
+LFS file (its ETag, read with one HEAD before the transfer), so ``download`` does, and removes a file
+that does not match: a space never reads a truncated or altered dataset.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shlex
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub.errors import HfHubHTTPError
 
 from tuner.errors import InputError
 from tuner.paths import data_dir
 
-# The ShareGPT file of the motivating study (vllm bench serve's --dataset-name sharegpt). Its size and
-# sha256 could not be read from any package or document on the machine where this was written (no
-# access to the Hub). They MUST be filled from the file's published Git LFS pointer ("oid sha256:",
-# "size" on https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered/blob/main/
-# ShareGPT_V3_unfiltered_cleaned_split.json); until then `tune data sharegpt` refuses to run unless
-# --no-verify is given.
-SHAREGPT_SHA256: str | None = None
-SHAREGPT_SIZE: int | None = None
-
 _CHUNK = 1 << 20
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 Progress = Callable[[int, int | None], None]  # (bytes on disk, total bytes if known)
 
 
 class DownloadError(InputError):
-    """The download cannot complete here; the message says why and what to do instead."""
+    """The download cannot complete here; the message names the file, says why and what to do."""
 
 
 @dataclass(frozen=True)
 class KnownDataset:
     name: str
-    url: str
+    repo_id: str  # a dataset repository on the hub
     file_name: str
-    size: int | None
-    sha256: str | None
+    revision: str = "main"
     description: str = ""
+
+    def url(self, endpoint: str | None = None) -> str:
+        return hf_hub_url(self.repo_id, self.file_name, repo_type="dataset", revision=self.revision,
+                          endpoint=endpoint)
 
 
 DATASETS: dict[str, KnownDataset] = {
     "sharegpt": KnownDataset(
         name="sharegpt",
-        url=("https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered/resolve/"
-             "main/ShareGPT_V3_unfiltered_cleaned_split.json"),
+        repo_id="anon8231489123/ShareGPT_Vicuna_unfiltered",
         file_name="ShareGPT_V3_unfiltered_cleaned_split.json",
-        size=SHAREGPT_SIZE,
-        sha256=SHAREGPT_SHA256,
         description="ShareGPT conversations, the dataset of vllm bench serve and the motivating study",
     ),
 }
@@ -74,14 +70,10 @@ def known_for_path(path: str | Path) -> KnownDataset | None:
     return next((d for d in DATASETS.values() if d.file_name == Path(path).name), None)
 
 
-def offline_command(dataset: KnownDataset, folder: Path | None = None) -> str:
-    """What to run on a machine that reaches the source, and where the file goes here."""
-    target = (folder or data_dir()) / dataset.file_name
-    lines = [f"curl -fL -C - -o {shlex.quote(dataset.file_name)} {shlex.quote(dataset.url)}"]
-    if dataset.sha256:
-        lines.append(f"echo '{dataset.sha256}  {dataset.file_name}' | sha256sum -c -")
-    lines.append(f"then copy it to {target}")
-    return "\n  ".join(lines)
+def offline_command(dataset: KnownDataset, target: Path) -> str:
+    """What to run on a machine that reaches the hub, and where the file goes here."""
+    return (f"tune data {dataset.name} --dir .\n  then copy {dataset.file_name} to {target}\n  "
+            "(or set HF_ENDPOINT to a hub mirror this host reaches)")
 
 
 def sha256_of(path: Path) -> str:
@@ -92,90 +84,93 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(dataset: KnownDataset, folder: Path | None = None, *, verify: bool = True,
-             progress: Progress | None = None, timeout_s: float = 30.0) -> Path:
-    """Fetch ``dataset`` into ``folder`` (the data folder by default) and return its path.
+def download(dataset: KnownDataset, folder: Path | None = None, *,
+             progress: Progress | None = None, timeout_s: float = 10.0) -> Path:
+    """Fetch ``dataset``, check its sha256 against the hub's, and return where spaces find it.
 
-    An existing file is kept (after checking its sha256 when ``verify``). ``verify=False`` is the
-    only way to download a dataset without a pinned checksum.
+    Without ``folder`` the file goes to the HF cache and ``${TUNER_DATA}/<file>`` links to it (the
+    path the bundled spaces name); with ``folder`` it is a plain file there. A file already in place
+    is checked, not fetched again.
     """
-    folder = folder or data_dir()
-    target = folder / dataset.file_name
-    if verify and not dataset.sha256:
-        raise DownloadError(
-            f"dataset {dataset.name!r} has no pinned sha256 in this version of tuner, so the "
-            "download cannot be verified; pass --no-verify to fetch it unverified, or pin its "
-            "sha256 in tuner/downloads.py (DATASETS) from the file's published LFS pointer")
-    if target.exists():
-        if verify:
-            _check(target, dataset, keep_hint="it was not downloaded by tune: move it away and retry")
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    _fetch(dataset, part, folder, progress or (lambda done, total: None), timeout_s)
-    if dataset.size is not None and part.stat().st_size != dataset.size:
-        got = part.stat().st_size
-        if got > dataset.size:
-            part.unlink()  # more bytes than the file has: no resume can repair it
-        raise DownloadError(f"{dataset.url} gave {got} bytes, expected {dataset.size}"
-                            + ("; run again to resume" if got < dataset.size else "; removed it"))
-    if verify:
-        _check(part, dataset, keep_hint=None)
-    os.replace(part, target)  # atomic: the dataset appears whole or not at all
-    return target
-
-
-def _fetch(dataset: KnownDataset, part: Path, folder: Path, progress: Progress,
-           timeout_s: float) -> None:
-    """Stream the file into ``part``, resuming from its current size."""
-    offset = part.stat().st_size if part.exists() else 0
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
-    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+    # huggingface_hub reads HF_ENDPOINT once, at import; reading it here honours a changed one.
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    link = None if folder is not None else data_dir() / dataset.file_name
+    target = link or folder / dataset.file_name
+    url = dataset.url(endpoint)
     try:
-        with httpx.stream("GET", dataset.url, headers=headers, timeout=timeout,
-                          follow_redirects=True) as response:
-            if response.status_code == 416 and offset:
-                return  # the part is whole already: the checks below decide
-            if response.status_code not in (200, 206):
-                raise DownloadError(f"{dataset.url} answered {response.status_code} "
-                                    f"{response.reason_phrase}; fetch it elsewhere:\n  "
-                                    + offline_command(dataset, folder))
-            if response.status_code == 200:
-                offset = 0  # the server ignored the Range: start over
-            elif not response.headers.get("content-range", "").startswith(f"bytes {offset}-"):
-                raise DownloadError(f"{dataset.url} resumed at the wrong offset "
-                                    f"({response.headers.get('content-range')!r}, wanted {offset})")
-            length = response.headers.get("content-length")
-            total = offset + int(length) if length and length.isdigit() else dataset.size
-            done = offset
-            with open(part, "r+b" if offset else "wb") as f:
-                f.seek(offset)
-                f.truncate()
-                for block in response.iter_bytes():
-                    f.write(block)
-                    done += len(block)
-                    progress(done, total)
-                f.flush()
-                os.fsync(f.fileno())
-    except httpx.TransportError as exc:
-        host = urlsplit(dataset.url).netloc
-        kept = f" ({part.stat().st_size} bytes kept in {part}: run again to resume)" \
-            if part.exists() and part.stat().st_size else ""
-        raise DownloadError(f"cannot download from {host}: {exc or type(exc).__name__}{kept}. "
-                            "On a machine that can reach it, run:\n  "
-                            + offline_command(dataset, folder)) from None
+        etag = get_hf_file_metadata(url, timeout=timeout_s).etag
+    except Exception as exc:  # noqa: BLE001 - the HTTP library's errors are not OSErrors
+        raise DownloadError(_why(dataset, url, exc, target)) from None
+    if etag is None or not _SHA256.fullmatch(etag):
+        raise DownloadError(f"{url} publishes no sha256 for {dataset.file_name} (ETag {etag!r}), "
+                            "so it cannot be verified")
+    if link is not None and link.exists() and not link.is_symlink():
+        _check(link, etag, dataset, url, remove=False)  # placed by hand, e.g. by offline_command
+        return link
+    try:
+        path = Path(hf_hub_download(dataset.repo_id, dataset.file_name, repo_type="dataset",
+                                    revision=dataset.revision, local_dir=folder, endpoint=endpoint,
+                                    etag_timeout=timeout_s, tqdm_class=_reporter(progress)))
+    except Exception as exc:  # noqa: BLE001 - as above
+        raise DownloadError(_why(dataset, url, exc, target)) from None
+    _check(path, etag, dataset, url, remove=True)
+    if link is None:
+        return path
+    link.parent.mkdir(parents=True, exist_ok=True)
+    staged = link.with_name(link.name + ".link")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(path)
+    os.replace(staged, link)  # atomic: the old link or the new one, never none
+    return link
 
 
-def _check(path: Path, dataset: KnownDataset, keep_hint: str | None) -> None:
-    """Compare the sha256; a finished ``.part`` that does not match is removed, since resuming
-    appends to it and can never repair a wrong prefix."""
+def _check(path: Path, sha256: str, dataset: KnownDataset, url: str, *, remove: bool) -> None:
+    """Compare with the hub's sha256; a fetched file that differs is removed (the blob behind a
+    cache link too), since the client would hand the same bytes back on the next run."""
     got = sha256_of(path)
-    if got == dataset.sha256:
+    if got == sha256:
         return
-    if keep_hint is None:
+    if remove:
+        blob = path.resolve()
         path.unlink()
-        what = f"removed {path.name} (a resume would only append to the wrong bytes); run again"
+        blob.unlink(missing_ok=True)
+        what = "removed it; run again"
     else:
-        what = f"{path} was kept: {keep_hint}"
-    raise DownloadError(f"sha256 of {dataset.file_name} is {got}, expected {dataset.sha256} "
-                        f"(from {dataset.url}): {what}")
+        what = f"{path} was kept: it was not downloaded by tune, move it away and retry"
+    raise DownloadError(f"sha256 of {dataset.file_name} is {got}, but {url} publishes {sha256}: "
+                        f"{what}")
+
+
+def _why(dataset: KnownDataset, url: str, exc: Exception, target: Path) -> str:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, HfHubHTTPError):
+        return f"{url} refused {dataset.file_name}: {reason}"
+    if isinstance(exc, OSError):  # a short transfer, a full disk: the client removed its partial file
+        return f"downloading {dataset.file_name} failed: {reason}; run again"
+    return (f"cannot download {dataset.file_name} from {urlsplit(url).netloc}: "
+            f"{type(exc).__name__}: {reason}. On a machine that can reach it, run:\n  "
+            + offline_command(dataset, target))
+
+
+def _reporter(progress: Progress | None) -> type | None:
+    """A stand-in for the tqdm class huggingface_hub draws its bar with (it takes any class with
+    tqdm's ``update`` and context manager), reporting bytes on disk to ``progress``."""
+    if progress is None:
+        return None
+
+    class Reporter:
+        def __init__(self, *, total: int | None = None, initial: int = 0, **_: Any) -> None:
+            self.done, self.total = initial, total
+            progress(self.done, self.total)
+
+        def __enter__(self) -> "Reporter":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def update(self, n: int = 1) -> None:  # negative when a server ignored the Range
+            self.done += n
+            progress(self.done, self.total)
+
+    return Reporter

@@ -1,8 +1,10 @@
-"""Where things live: the data shipped in the package, the user's own spaces, the cache of engine venvs
-and models, and study files.
+"""Where things live: the bundled data, the user's own spaces, the cache of engine venvs and models,
+and study files.
 
-Engine specs, GPU profiles, runtime errors, bundled spaces and samples are package data
-(``importlib.resources``), so an installed wheel works outside a checkout.
+The bundled spaces and the engine specs (with GPU profiles, model shapes and runtime errors) live at a
+checkout's top level, ``search_spaces/`` and ``engines/``, where a user adding one looks for them. The
+wheel carries the same folders as ``tuner/_data/`` (pyproject's force-include), read through
+``importlib.resources``; a checkout or an editable install has no ``_data`` and reads the top level.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(str(files("tuner")))
 REPO_ROOT = PACKAGE_ROOT.parent  # a checkout's root; in an installed wheel, site-packages
-ENGINES_DIR = PACKAGE_ROOT / "engines" / "specs"
-SPACES_DIR = PACKAGE_ROOT / "space" / "bundled"
+_SHIPPED = PACKAGE_ROOT / "_data"
+DATA_ROOT = _SHIPPED if _SHIPPED.is_dir() else REPO_ROOT
+ENGINES_DIR = DATA_ROOT / "engines"
+SPACES_DIR = DATA_ROOT / "search_spaces"
 SAMPLES_DIR = PACKAGE_ROOT / "bench" / "samples"
 
 

@@ -1,5 +1,6 @@
-"""The wheel carries the engine knowledge: installed (not editable) into a fresh venv, `tune plan`
-works from an empty folder, outside any checkout."""
+"""The wheel carries the top-level data (every file of search_spaces/ and engines/, as tuner/_data/):
+installed (not editable) into a fresh venv, `tune plan` works from an empty folder, outside any
+checkout."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ def test_wheel_plans_a_bundled_space_from_an_empty_folder(tmp_path):
                     "-w", str(dist), str(REPO)], check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("tuner-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for data in ("tuner/engines/specs/vllm.yaml", "tuner/engines/specs/hardware/gpus.yaml",
-                 "tuner/engines/specs/runtimes/container.yaml", "tuner/space/bundled/a100-throughput.yaml",
-                 "tuner/bench/samples/sharegpt_small.json", "tuner/py.typed"):
+    shipped = [f"tuner/_data/{p.relative_to(REPO).as_posix()}"
+               for folder in ("search_spaces", "engines") for p in sorted((REPO / folder).rglob("*.yaml"))]
+    assert "tuner/_data/engines/hardware/gpus.yaml" in shipped
+    for data in (*shipped, "tuner/bench/samples/sharegpt_small.json", "tuner/py.typed"):
         assert data in names, f"{data} is not in the wheel"
+    assert not [n for n in names if n.startswith(("search_spaces/", "engines/", "tests/"))], names
 
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -39,6 +42,10 @@ def test_wheel_plans_a_bundled_space_from_an_empty_folder(tmp_path):
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import tuner; print(tuner.__file__)"],
                            cwd=empty, env=env, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(target)), where
+    spaces = subprocess.run([str(venv / "bin" / "python"), "-c",
+                             "from tuner.space.load import available_spaces; print(available_spaces())"],
+                            cwd=empty, env=env, capture_output=True, text=True, check=True).stdout
+    assert spaces.strip() == str(sorted(p.stem for p in (REPO / "search_spaces").glob("*.yaml")))
     out = subprocess.run([str(venv / "bin" / "python"), "-m", "tuner", "plan", "--space",
                           "a100-throughput", "--gpu", "a100-sxm-80gb", "--samples", "1"],
                          cwd=empty, env=env, capture_output=True, text=True, timeout=300)

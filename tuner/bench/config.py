@@ -1,12 +1,18 @@
-"""What one benchmark run does: the knobs of ``vllm bench serve`` that a tuning study uses."""
+"""What one benchmark run does: the knobs of ``vllm bench serve`` that a tuning study uses.
+
+The settings a space's workload shares with the client take their defaults from
+``tuner.space.bench_settings`` (one description for the space, the client and ``tune bench``); the
+rest (where to send, what to measure) are the client's own."""
 
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from tuner.errors import BenchInputError
+from tuner.space.bench_settings import DEFAULTS, BenchSettings
 
 ENDPOINTS = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
@@ -16,23 +22,25 @@ GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 @dataclass(frozen=True)
 class BenchConfig:
+    """One run's settings; ``from_settings`` builds it from a workload's shared ones."""
+
     base_url: str
     model: str
     tokenizer: str
     endpoint: str = "/v1/completions"
-    dataset_name: str = "random"
-    dataset_path: str | None = None
-    num_prompts: int = 1000
-    random_input_len: int = 1024
-    random_output_len: int = 128
-    random_range_ratio: float = 0.0
-    random_prefix_len: int = 0
-    sharegpt_output_len: int | None = None
-    request_rate: float = float("inf")
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-    seed: int = 0
-    num_warmups: int = 0
+    dataset_name: str = DEFAULTS.dataset
+    dataset_path: str | None = DEFAULTS.dataset_path
+    num_prompts: int = DEFAULTS.num_prompts
+    random_input_len: int = DEFAULTS.random_input_len
+    random_output_len: int = DEFAULTS.random_output_len
+    random_range_ratio: float = DEFAULTS.random_range_ratio
+    random_prefix_len: int = DEFAULTS.random_prefix_len
+    sharegpt_output_len: int | None = DEFAULTS.sharegpt_output_len
+    request_rate: float = DEFAULTS.request_rate
+    burstiness: float = DEFAULTS.burstiness
+    max_concurrency: int | None = DEFAULTS.max_concurrency
+    seed: int = DEFAULTS.seed
+    num_warmups: int = DEFAULTS.num_warmups
     ignore_eos: bool = True
     temperature: float = 0.0
     omit_fields: frozenset[str] = frozenset()
@@ -57,6 +65,12 @@ class BenchConfig:
     def __hash__(self) -> int:  # goodput is a dict; hash what identifies the run instead
         return hash((self.base_url, self.model, self.endpoint, self.dataset_name, self.num_prompts,
                      self.seed, self.request_rate, self.max_concurrency))
+
+    @classmethod
+    def from_settings(cls, settings: BenchSettings, **client: Any) -> "BenchConfig":
+        """The shared settings (a workload, or ``tune bench``'s flags) plus the client's own."""
+        shared = settings.model_dump(include=set(BenchSettings.model_fields))
+        return cls(dataset_name=shared.pop("dataset"), **shared, **client)
 
     @property
     def backend(self) -> str:

@@ -1,5 +1,8 @@
 """``tune bench``: one benchmark run from the command line, with ``vllm bench serve``'s flag names.
 
+The options a space's workload shares take their default and help from ``tuner.space.bench_settings``;
+``tests/unit/bench/test_settings.py`` checks each one's flag against the vLLM name recorded there.
+
 Flags, summary block and result file match vLLM's so the command can stand in for
 ``vllm bench serve`` in existing scripts (and be checked against it). Differences are deliberate:
 inputs and reachability are checked before any prompt is sent (exit 2), a run where every request
@@ -8,7 +11,6 @@ failed exits 1 instead of 0, and the result file is written atomically.
 
 import asyncio
 import json
-import math
 import os
 import re
 import sys
@@ -24,8 +26,10 @@ from tuner.bench.results_file import default_result_filename
 from tuner.bench.runner import BenchResult, run_benchmark
 from tuner.errors import BenchInputError
 from tuner.files import write_atomic
+from tuner.space.bench_settings import DEFAULTS, help_of
 
 EXIT_INPUT = 2
+CLIENT = BenchConfig(base_url="", model="", tokenizer="")  # the client's own defaults
 EXIT_RUNTIME = 1
 _GOODPUT_WORD = re.compile(r"^[a-z0-9_]+:[^:]+$")
 
@@ -45,29 +49,29 @@ def bench(
     base_url: Annotated[str | None, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000 (overrides --host/--port).")] = None,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
-    endpoint: Annotated[str, typer.Option(help="/v1/completions or /v1/chat/completions.")] = "/v1/completions",
+    endpoint: Annotated[str, typer.Option(help="/v1/completions or /v1/chat/completions.")] = CLIENT.endpoint,
     served_model_name: Annotated[str | None, typer.Option(help="Name sent as 'model' when it differs from --model.")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer directory (default: --model).")] = None,
-    dataset_name: Annotated[str, typer.Option(help="random or sharegpt.")] = "random",
-    dataset_path: Annotated[str | None, typer.Option(help="ShareGPT JSON file.")] = None,
-    num_prompts: Annotated[int, typer.Option()] = 1000,
-    random_input_len: Annotated[int, typer.Option()] = 1024,
-    random_output_len: Annotated[int, typer.Option()] = 128,
-    random_range_ratio: Annotated[float, typer.Option()] = 0.0,
-    random_prefix_len: Annotated[int, typer.Option()] = 0,
-    sharegpt_output_len: Annotated[int | None, typer.Option()] = None,
-    request_rate: Annotated[float, typer.Option(help="Requests/s; inf sends all at once.")] = math.inf,
-    burstiness: Annotated[float, typer.Option(help="Gamma shape of arrival gaps; 1 = Poisson.")] = 1.0,
-    max_concurrency: Annotated[int | None, typer.Option()] = None,
+    dataset_name: Annotated[str, typer.Option(help=help_of("dataset"))] = DEFAULTS.dataset,
+    dataset_path: Annotated[str | None, typer.Option(help=help_of("dataset_path"))] = DEFAULTS.dataset_path,
+    num_prompts: Annotated[int, typer.Option(help=help_of("num_prompts"))] = DEFAULTS.num_prompts,
+    random_input_len: Annotated[int, typer.Option(help=help_of("random_input_len"))] = DEFAULTS.random_input_len,
+    random_output_len: Annotated[int, typer.Option(help=help_of("random_output_len"))] = DEFAULTS.random_output_len,
+    random_range_ratio: Annotated[float, typer.Option(help=help_of("random_range_ratio"))] = DEFAULTS.random_range_ratio,
+    random_prefix_len: Annotated[int, typer.Option(help=help_of("random_prefix_len"))] = DEFAULTS.random_prefix_len,
+    sharegpt_output_len: Annotated[int | None, typer.Option(help=help_of("sharegpt_output_len"))] = DEFAULTS.sharegpt_output_len,
+    request_rate: Annotated[float, typer.Option(help=help_of("request_rate"))] = DEFAULTS.request_rate,
+    burstiness: Annotated[float, typer.Option(help=help_of("burstiness"))] = DEFAULTS.burstiness,
+    max_concurrency: Annotated[int | None, typer.Option(help=help_of("max_concurrency"))] = DEFAULTS.max_concurrency,
     goodput: Annotated[list[str] | None, typer.Option(help="SLOs as KEY:MS (ttft, tpot, e2el); several may follow one flag, as in vLLM.")] = None,
-    percentile_metrics: Annotated[str, typer.Option(help="Comma list of ttft,tpot,itl,e2el.")] = "ttft,tpot,itl",
-    metric_percentiles: Annotated[str, typer.Option(help="Comma list, e.g. 50,90,99.")] = "99",
-    seed: Annotated[int, typer.Option()] = 0,
-    num_warmups: Annotated[int, typer.Option()] = 0,
-    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos")] = True,
-    temperature: Annotated[float, typer.Option()] = 0.0,
+    percentile_metrics: Annotated[str, typer.Option(help="Comma list of ttft,tpot,itl,e2el.")] = ",".join(CLIENT.percentile_metrics),
+    metric_percentiles: Annotated[str, typer.Option(help="Comma list, e.g. 50,90,99.")] = ",".join(f"{p:g}" for p in CLIENT.metric_percentiles),
+    seed: Annotated[int, typer.Option(help=help_of("seed"))] = DEFAULTS.seed,
+    num_warmups: Annotated[int, typer.Option(help=help_of("num_warmups"))] = DEFAULTS.num_warmups,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos")] = CLIENT.ignore_eos,
+    temperature: Annotated[float, typer.Option()] = CLIENT.temperature,
     omit_field: Annotated[list[str] | None, typer.Option(help="Request field to leave out (repeatable), e.g. ignore_eos for transformers serve.")] = None,
-    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 6 * 3600.0,
+    request_timeout: Annotated[float, typer.Option(help="Seconds per request.")] = CLIENT.request_timeout_s,
     save_result: Annotated[bool, typer.Option("--save-result")] = False,
     result_dir: Annotated[str | None, typer.Option()] = None,
     result_filename: Annotated[str | None, typer.Option()] = None,
@@ -138,12 +142,6 @@ def bench(
         except OSError as exc:
             _fail(f"cannot write the result file {path}: {exc}", EXIT_RUNTIME)
         print(f"Result saved to {path}")
-
-
-
-
-
-
 
 
 def _goodput_tail(extra: list[str]) -> list[str]:

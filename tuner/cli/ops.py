@@ -17,7 +17,6 @@ from tuner import downloads
 from tuner.cli.common import console, err, fail, url
 from tuner.errors import InputError
 from tuner.files import write_atomic
-from tuner.paths import data_dir
 from tuner.record import results
 from tuner.space import load_space
 from tuner.study import load
@@ -56,20 +55,19 @@ def doctor(
 
 def data(
     name: str = typer.Argument(..., help=f"Dataset: {', '.join(downloads.DATASETS)}."),
-    folder: Optional[Path] = typer.Option(None, "--dir", help="Where to put it (default: $TUNER_DATA)."),
-    no_verify: bool = typer.Option(False, "--no-verify", help="Accept the file without a pinned checksum."),
+    folder: Optional[Path] = typer.Option(None, "--dir", help="Put the file here (default: the HF "
+                                          "cache, linked from $TUNER_DATA where spaces name it)."),
 ) -> None:
-    """Download a dataset a space names (resumes a partial download, checks the sha256)."""
+    """Download a dataset a space names from the Hugging Face hub and check its sha256."""
     dataset = downloads.known(name)
     with Progress(*Progress.get_default_columns()[:1], BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task(dataset.file_name, total=dataset.size)
+        task = bar.add_task(dataset.file_name, total=None)
 
         def progress(done: int, total: int | None) -> None:
             bar.update(task, completed=done, total=total)
 
-        path = downloads.download(dataset, folder or data_dir(), verify=not no_verify,
-                                  progress=progress)
+        path = downloads.download(dataset, folder, progress=progress)
     console.print(f"{dataset.name}: {path}", highlight=False)
 
 

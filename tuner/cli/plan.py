@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
     def plan_command(
         space: str = typer.Option(..., "--space", help="Space name (bundled, or ./search_spaces/NAME.yaml) or YAML path."),
         gpu: Optional[str] = typer.Option(
-            None, "--gpu", help="Plan for a hardware profile (tuner/engines/specs/hardware/gpus.yaml, e.g. "
+            None, "--gpu", help="Plan for a hardware profile (engines/hardware/gpus.yaml, e.g. "
                                 "a100-sxm-80gb) instead of this machine."),
         samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sampled configs."),

@@ -3,7 +3,7 @@
 Rules need only a few facts: compute capability, memory per GPU, GPU count and name, CPU flags.
 Detection reuses the NVML query of ``fingerprint`` so the device key stored with each trial and the
 one rules and learned infeasibility use are the same string. Profiles in
-``tuner/engines/specs/hardware/gpus.yaml`` let ``tune plan --gpu NAME`` plan for a GPU you are not on.
+``engines/hardware/gpus.yaml`` let ``tune plan --gpu NAME`` plan for a GPU you are not on.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Schema of ``tuner/engines/specs/<name>.yaml``: what an engine's flags, readiness and failures look like.
+"""Schema of ``engines/<name>.yaml``: what an engine's flags, readiness and failures look like.
 
 Engine knowledge is data so that adding an engine is mostly writing one YAML file; this module only
 validates it. Translation to argv lives in ``translate.py``, failure matching in ``failures.py``.

@@ -7,7 +7,6 @@ bundled name, a name from the user's ``./search_spaces/``, or a path to a YAML f
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +16,7 @@ from tuner.engines.runtimes import TUNER_SET_FLAGS
 from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
 from tuner.record.schema import QUALITY_REFERENCE_ARM
+from tuner.space.bench_settings import BenchSettings
 from tuner.space.precision import PRECISION_KNOBS, precision_of
 
 Scalar = bool | int | float | str
@@ -146,22 +146,12 @@ SHAREGPT_MAX_PROMPT_LEN = 1024
 SHAREGPT_MAX_TOTAL_LEN = 2048
 
 
-class Workload(_Strict):
+class Workload(BenchSettings):
+    """A named benchmark run of the space: the shared settings (``bench_settings``, with vLLM's
+    defaults) plus what only a study needs."""
+
     name: str = "default"
     weight: float = Field(1.0, gt=0)  # share in a weighted multi-workload objective
-    dataset: Literal["random", "sharegpt"] = "random"
-    dataset_path: str | None = None
-    num_prompts: int = Field(100, gt=0)
-    random_input_len: int = Field(1024, gt=0)
-    random_output_len: int = Field(128, gt=0)
-    random_range_ratio: float = Field(0.0, ge=0, lt=1)
-    random_prefix_len: int = Field(0, ge=0)
-    sharegpt_output_len: int | None = None
-    request_rate: float = Field(math.inf, gt=0)
-    burstiness: float = Field(1.0, gt=0)
-    max_concurrency: int | None = Field(None, gt=0)
-    seed: int = 0
-    num_warmups: int = Field(0, ge=0)
     endpoint: str | None = None  # default: the engine's
     # Stop the benchmark after this long; requests still running count as failed. For configs
     # that serve one request at a time, which would otherwise take hours.

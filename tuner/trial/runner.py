@@ -63,24 +63,12 @@ class TrialOutcome:
 
 def bench_config(space: Space, workload: Workload, plan: LaunchPlan, base_url: str) -> BenchConfig:
     spec = load_engine(plan.engine)
-    return BenchConfig(
+    return BenchConfig.from_settings(
+        workload.model_copy(update={"dataset_path": workload.dataset_path and expand(workload.dataset_path)}),
         base_url=base_url,
         model=plan.model_path if spec.request.model_name == "path" else plan.served_name,
         tokenizer=space.model.resolved_tokenizer(),
         endpoint=workload.endpoint or spec.request.endpoint,
-        dataset_name=workload.dataset,
-        dataset_path=workload.dataset_path and expand(workload.dataset_path),
-        num_prompts=workload.num_prompts,
-        random_input_len=workload.random_input_len,
-        random_output_len=workload.random_output_len,
-        random_range_ratio=workload.random_range_ratio,
-        random_prefix_len=workload.random_prefix_len,
-        sharegpt_output_len=workload.sharegpt_output_len,
-        request_rate=workload.request_rate,
-        burstiness=workload.burstiness,
-        max_concurrency=workload.max_concurrency,
-        seed=workload.seed,
-        num_warmups=workload.num_warmups,
         omit_fields=frozenset(spec.request.omit_fields),
         max_duration_s=workload.max_duration_s,
         api_key=_flag_value(plan.argv, "--api-key"),

@@ -123,7 +123,7 @@ def test_reason_fills_names_and_says_unset():
 
 def test_longest_prompt_of_each_dataset():
     assert workload_facts(Workload(dataset="random", random_input_len=1000, random_range_ratio=0.1,
-                                   random_output_len=100, random_prefix_len=24)) == {
+                                   random_output_len=100, random_prefix_len=24, num_prompts=100)) == {
         "dataset": "random", "max_prompt_len": 1124, "num_prompts": 100,
         "max_total_len": 1124 + 111}  # ceil(100 * 1.1) is 111 in floats, in vLLM's sampler too
     sharegpt = Workload(dataset="sharegpt", dataset_path="x.json")
