@@ -37,6 +37,7 @@ TIMINGS = "timings"
 PLACEMENT = "placement"            # node and GPUs of a trial that ran on a Ray worker
 ENGINE_PGID = "engine_pgid"
 ENGINE_URL = "engine_url"
+ENGINE_MARKER = "engine_marker"    # TUNER_TRIAL_MARKER of its launch: how a resume finds its processes
 WORKER_HOST = "worker_host"
 WORKER_PID = "worker_pid"
 WORKER_STARTED = "worker_started"
