@@ -52,7 +52,9 @@ class ProcessesSurvived(HarnessError):
     the trial must not pass as cleanly stopped."""
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+def living(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running: a zombie (dead, its parent or pid 1 has not reaped it yet) holds no
+    memory, port or GPU, and pid 1 of a container may take a while to reap it."""
     left = []
     for p in procs:
         try:
@@ -72,7 +74,7 @@ def _remaining(pgid: int | None, marker_value: str | None,
     found = {p.pid: p for p in group_members(pgid)} if pgid is not None else {}
     if marker_value is not None:
         found.update({p.pid: p for p in marker.carrying(marker_value)})
-    return _alive(list(found.values()))
+    return living(list(found.values()))
 
 
 def _signal(pgid: int | None, procs: list[psutil.Process], sig: signal.Signals) -> None:
