@@ -86,3 +86,16 @@ def test_reap_finds_the_children_of_a_dead_leader(launch, tmp_path):
     assert [e.marker for e in orphans.reap()] == [value]
     assert _dead(child)
     assert orphans.orphans() == []
+
+
+def test_what_outlives_sigkill_is_named_within_the_bound(launch, monkeypatch):
+    """A process stuck in the kernel ignores SIGKILL; here the signals are simply not sent."""
+    from tuner.runtime import procgroup
+
+    parent, child, value = launch
+    monkeypatch.setattr(procgroup, "_signal", lambda pgid, procs, sig: None)
+    monkeypatch.setattr(procgroup, "_KILL_WAIT_S", 0.5)
+    t0 = time.monotonic()
+    with pytest.raises(procgroup.ProcessesSurvived, match=rf"pid {child.pid}\b"):
+        kill_group(parent.pid, grace_s=0.5, leader=parent, marker_value=value)
+    assert time.monotonic() - t0 < 0.5 + 0.5 + 2
