@@ -6,6 +6,9 @@ import pytest
 from tuner import tiny_model
 from tuner.paths import cache_dir
 
+# Fails the run when a process started by a test (an engine, its children) outlives the session.
+pytest_plugins = ["tests.leak_guard"]
+
 
 def _engine_or_skip(path: Path, what: str) -> Path:
     if path.exists():

@@ -75,6 +75,13 @@ def running_engine(db: Path, name: str = "sigint"):
     return None
 
 
+def study_processes(study: str) -> list:
+    """Live processes whose TUNER_TRIAL_MARKER names this study: its engines and everything they
+    started, wherever it went (tuner.runtime.marker)."""
+    from tuner.runtime import marker
+    return [p for p, env in marker.marked() if env[marker.MARKER_VAR].startswith(study + "/")]
+
+
 def space_file(tmp_path: Path, name: str, *, command=None, fixed_args=None, n_trials=1,
                num_prompts=8, startup_timeout_s=None, baselines=None) -> Path:
     data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())

@@ -9,9 +9,10 @@ import sys
 import tempfile
 
 import optuna
+import psutil
 import pytest
 
-from tests.helpers import load, small_space, wait_for
+from tests.helpers import load, small_space, study_processes, wait_for
 from tuner.record import schema
 from tuner.runtime import orphans
 from tuner.runtime.procgroup import free_port
@@ -37,6 +38,13 @@ def ray_cluster():
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline() or [proc.name()]
+    except psutil.NoSuchProcess:
+        return ["(exited)"]
 
 
 def _overlap(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> bool:
@@ -78,6 +86,9 @@ def test_killed_driver_then_resume_finishes_the_study(tmp_path, studies, ray_clu
     finally:
         if driver.poll() is None:
             driver.kill()
+    # What the dead driver left: its engines and their spawned children (VLLM::EngineCore).
+    left = wait_for(lambda: study_processes("raykill"), 30, "the engines' processes")
+    assert any("EngineCore" in " ".join(_cmdline(p)) for p in left), [_cmdline(p) for p in left]
     resumed = subprocess.run([TUNE, "resume", "raykill", "--backend", "ray", "--address",
                               ray_cluster], capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -90,3 +101,5 @@ def test_killed_driver_then_resume_finishes_the_study(tmp_path, studies, ray_clu
     assert interrupted  # at least one trial was running when the driver died ...
     assert interrupted <= {t.user_attrs.get("retry_of") for t in complete}  # ... and was re-run
     assert orphans.orphans() == []
+    survivors = [_cmdline(p) for p in study_processes("raykill")]
+    assert survivors == [], f"processes of the killed driver's trials outlived tune resume: {survivors}"

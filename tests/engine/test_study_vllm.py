@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import tarfile
 
 import optuna
 import pytest
 
-from tests.helpers import TUNE, load, run_tune, running_engine, small_space, wait_for
+from tests.helpers import (
+    TUNE,
+    load,
+    run_tune,
+    running_engine,
+    small_space,
+    study_processes,
+    wait_for,
+)
 from tuner.record import schema
-from tuner.runtime.procgroup import group_members
+from tuner.runtime.procgroup import group_members, living
 
 pytestmark = pytest.mark.engine
 
@@ -90,7 +99,20 @@ def test_sigint_stops_the_engine_and_resume_finishes(tmp_path, studies, vllm_bin
             proc.kill()
     assert proc.returncode == 130, out + errs
     assert "tune resume sigint" in errs
-    assert group_members(pgid) == [], "the engine's process group survived SIGINT"
+    assert "trial 0 marked interrupted" in out + errs
+    assert living(group_members(pgid)) == [], "the engine's process group survived SIGINT"
+    assert study_processes("sigint") == [], "an engine process outlived SIGINT"
+
+    # What another tool sees right after the exit: the archive of `tune export`.
+    exported = run_tune("export", "sigint", str(tmp_path / "sigint.tar.gz"))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    with tarfile.open(tmp_path / "sigint.tar.gz") as archive:
+        archive.extractall(tmp_path / "exported", filter="data")
+    (db_file,) = (tmp_path / "exported").rglob("study.db")
+    archived = optuna.load_study(study_name="sigint", storage=f"sqlite:///{db_file}")
+    assert archived.trials[0].state == optuna.trial.TrialState.FAIL
+    assert archived.trials[0].user_attrs["interrupted"]
+    assert optuna.trial.TrialState.RUNNING not in {t.state for t in archived.trials}
 
     study = load(studies, "sigint")
     first = study.trials[0]
@@ -127,7 +149,7 @@ def test_sigkill_of_the_tuner_leaves_no_orphan_after_resume(tmp_path, studies, v
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"killed orphaned engine process group {pgid}" in resumed.stdout
     assert "trial 0 was running when its tuner process died: marked FAIL" in resumed.stdout
-    assert group_members(pgid) == []
+    assert living(group_members(pgid)) == []
     study = load(studies, "killed")
     # Trials answered without a launch (a rule, an earlier measurement) are COMPLETE too.
     states = [t.state for t in study.trials if schema.launched(t)]

@@ -38,6 +38,7 @@ GPU_MEMORY_AFTER = "gpu_memory_after_teardown_mib"
 PLACEMENT = "placement"            # node and GPUs of a trial that ran on a Ray worker
 ENGINE_PGID = "engine_pgid"
 ENGINE_URL = "engine_url"
+ENGINE_MARKER = "engine_marker"    # TUNER_TRIAL_MARKER of its launch: how a resume finds its processes
 WORKER_HOST = "worker_host"
 WORKER_PID = "worker_pid"
 WORKER_STARTED = "worker_started"

@@ -23,7 +23,7 @@ from tuner.engines.spec import EngineSpec, load_engine
 from tuner.errors import InputError
 from tuner.paths import expand
 from tuner.redact import redact_argv, redact_env
-from tuner.runtime import container, orphans
+from tuner.runtime import container, interrupts, marker, orphans
 from tuner.runtime.container import Image
 from tuner.runtime.procgroup import kill_group, port_is_free
 from tuner.space import EngineChoice
@@ -81,6 +81,7 @@ class Server:
     proc: subprocess.Popen
     log_path: Path
     image: Image | None = None  # the container image, as inspected just before the launch
+    marker: str | None = None  # TUNER_TRIAL_MARKER in its environment (tuner.runtime.marker)
 
     @property
     def pgid(self) -> int:
@@ -118,19 +119,24 @@ class Server:
     def stop(self, grace_s: float = 10.0) -> None:
         """End the group; a container is then removed by the id its runtime wrote (by name if it
         wrote none yet). A failed removal keeps the registry entry, for ``tune resume``; after a
-        removal the id file goes too, so the recorded ``docker run`` line can be run again."""
-        kill_group(self.pgid, grace_s, leader=self.proc)
-        if self.plan.container is not None:
-            container.remove(self.plan.container.runtime, self._container_ref())
-            self._cidfile().unlink(missing_ok=True)
-        orphans.unregister(self.pgid)
+        removal the id file goes too, so the recorded ``docker run`` line can be run again. A
+        Ctrl-C meanwhile waits until the engine is down."""
+        with interrupts.deferred():
+            kill_group(self.pgid, grace_s, leader=self.proc, marker_value=self.marker)
+            if self.plan.container is not None:
+                container.remove(self.plan.container.runtime, self._container_ref())
+                self._cidfile().unlink(missing_ok=True)
+            orphans.unregister(self.pgid)
         end = time.monotonic() + 10
         while not port_is_free(self.plan.port, self.plan.host) and time.monotonic() < end:
             time.sleep(0.2)
 
 
-def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
-    """Launch the server; returns at once: ``wait_ready`` waits for it, ``Server.stop`` ends it."""
+def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path, marker_value: str | None = None) -> Server:
+    """Launch the server; returns at once: ``wait_ready`` waits for it, ``Server.stop`` ends it.
+
+    ``marker_value`` (a new one by default) goes into the engine's environment, so that stopping
+    and reaping find its processes wherever they went (``tuner.runtime.marker``)."""
     if not port_is_free(plan.port, plan.host):
         raise EngineStartFailed(Failure("port-in-use", f"port {plan.port} is taken before launch",
                                         f"bind {plan.host}:{plan.port} failed"))
@@ -141,7 +147,8 @@ def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
     else:
         check_command(plan.argv[0])
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **plan.env}
+    marker_value = marker_value or marker.new("launch", log_path.parent.name)
+    env = {**os.environ, **plan.env, marker.MARKER_VAR: marker_value}
     with open(log_path, "ab") as log:
         header = (f"# tuner: launching {plan.engine}\n# argv: {redact_argv(plan.argv)}\n"
                   f"# env: {redact_env(plan.env)}\n")
@@ -155,13 +162,13 @@ def start(plan: LaunchPlan, spec: EngineSpec, log_path: Path) -> Server:
                                     cwd=log_path.parent)
         except FileNotFoundError:
             raise EngineCommandNotFound(f"engine command {plan.argv[0]!r} not found") from None
-    server = Server(plan, spec, proc, log_path, image)
+    server = Server(plan, spec, proc, log_path, image, marker_value)
     c = plan.container
     if c is None:
-        orphans.register(proc.pid, f"{plan.engine} on port {plan.port}")
+        orphans.register(proc.pid, f"{plan.engine} on port {plan.port}", marker_value=marker_value)
     else:
         orphans.register(proc.pid, f"{plan.engine} on port {plan.port} in container {c.name}",
-                         container=c.name, runtime=c.runtime)
+                         container=c.name, runtime=c.runtime, marker_value=marker_value)
     return server
 
 

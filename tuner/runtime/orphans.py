@@ -19,6 +19,7 @@ import psutil
 from tuner.files import write_atomic
 from tuner.paths import cache_dir
 from tuner.runtime import container as containers
+from tuner.runtime import marker
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Entry:
     label: str
     container: str | None = None  # its name, for an engine in a container
     runtime: str | None = None
+    marker: str | None = None  # TUNER_TRIAL_MARKER of the launch (entries written before it: None)
 
     def owner_alive(self) -> bool:
         return same_process(self.owner_pid, self.owner_started)
@@ -38,8 +40,10 @@ class Entry:
         return same_process(self.pgid, self.leader_started)
 
     def engine_alive(self) -> bool:
-        return self.leader_alive() or (
-            self.container is not None and containers.exists(self.runtime, self.container))
+        """The leader, or any process that carries the launch's marker (children outlive a dead
+        leader: re-parented, or in their own session), or its container."""
+        return (self.leader_alive() or bool(self.marker and marker.carrying(self.marker))
+                or (self.container is not None and containers.exists(self.runtime, self.container)))
 
 
 def same_process(pid: int, started: float) -> bool:
@@ -57,10 +61,10 @@ def _dir() -> Path:
 
 
 def register(pgid: int, label: str, *, container: str | None = None,
-             runtime: str | None = None) -> Entry:
+             runtime: str | None = None, marker_value: str | None = None) -> Entry:
     me = psutil.Process()
     entry = Entry(pgid, psutil.Process(pgid).create_time(), me.pid, me.create_time(), label,
-                  container, runtime)
+                  container, runtime, marker_value)
     write_atomic(_dir() / f"{pgid}.json", json.dumps(asdict(entry)))
     return entry
 
@@ -95,8 +99,9 @@ def reap() -> list[Entry]:
         if entry.pgid == os.getpgid(0):
             unregister(entry.pgid)
             continue
-        if entry.leader_alive():
-            kill_group(entry.pgid, grace_s=5)
+        # A dead leader's pid may be someone else's by now: then only the marker says what is ours.
+        kill_group(entry.pgid if entry.leader_alive() else None, grace_s=5,
+                   marker_value=entry.marker)
         if entry.container is not None:
             containers.remove(entry.runtime, entry.container)
         killed.append(entry)

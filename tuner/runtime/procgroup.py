@@ -12,6 +12,9 @@ import time
 
 import psutil
 
+from tuner.errors import HarnessError
+from tuner.runtime import marker
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -40,24 +43,76 @@ def group_members(pgid: int) -> list[psutil.Process]:
     return members
 
 
-def _wait_gone(pgid: int, seconds: float, leader: subprocess.Popen | None) -> bool:
-    """Wait until no process of the group is left (reaping our own child); True if it emptied."""
+# After SIGKILL, this long for the kernel to take the processes away before giving up on them.
+_KILL_WAIT_S = 5.0
+
+
+class ProcessesSurvived(HarnessError):
+    """Processes of a trial outlived SIGKILL (stuck in the kernel): they may hold GPU memory, so
+    the trial must not pass as cleanly stopped."""
+
+
+def living(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those still running: a zombie (dead, its parent or pid 1 has not reaped it yet) holds no
+    memory, port or GPU, and pid 1 of a container may take a while to reap it."""
+    left = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+def _remaining(pgid: int | None, marker_value: str | None,
+               leader: subprocess.Popen | None) -> list[psutil.Process]:
+    """What is left of the launch: its group's members and every process carrying its marker
+    (those that left the group: their own session, or re-parented). Zombies hold nothing."""
+    if leader is not None:
+        leader.poll()  # reap our own child, so it does not linger as a zombie
+    found = {p.pid: p for p in group_members(pgid)} if pgid is not None else {}
+    if marker_value is not None:
+        found.update({p.pid: p for p in marker.carrying(marker_value)})
+    return living(list(found.values()))
+
+
+def _signal(pgid: int | None, procs: list[psutil.Process], sig: signal.Signals) -> None:
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            p.send_signal(sig)
+
+
+def _wait_gone(pgid: int | None, marker_value: str | None, seconds: float,
+               leader: subprocess.Popen | None) -> list[psutil.Process]:
+    """Wait until nothing of the launch is left; returns what still is at the deadline."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if leader is not None:
-            leader.poll()
-        if not group_members(pgid):
-            return True
-        time.sleep(0.1)
-    return False
+    while True:
+        left = _remaining(pgid, marker_value, leader)
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.2)
 
 
-def kill_group(pgid: int, grace_s: float = 10.0, leader: subprocess.Popen | None = None) -> None:
-    """SIGTERM the group, wait up to ``grace_s``, SIGKILL what is left, and wait until it is gone."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    if _wait_gone(pgid, grace_s, leader):
+def kill_group(pgid: int | None, grace_s: float = 10.0, leader: subprocess.Popen | None = None,
+               marker_value: str | None = None) -> None:
+    """SIGTERM the group and every process with the launch's marker, wait up to ``grace_s``,
+    SIGKILL what is left (found afresh: a child may have left the group meanwhile) and check that
+    it is gone, in ``grace_s + 5`` s at most. ``pgid`` None: only the marker (the leader is dead
+    and its pid may belong to someone else by now).
+
+    Raises ProcessesSurvived, naming them, when something outlives SIGKILL."""
+    _signal(pgid, _remaining(None, marker_value, None), signal.SIGTERM)
+    left = _wait_gone(pgid, marker_value, grace_s, leader)
+    if not left:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    _wait_gone(pgid, 10, leader)
+    _signal(pgid, left, signal.SIGKILL)
+    left = _wait_gone(pgid, marker_value, _KILL_WAIT_S, leader)
+    if left:
+        raise ProcessesSurvived(
+            "these processes outlived SIGKILL (stuck in the kernel, e.g. in a GPU driver call) "
+            "and may still hold memory: " + ", ".join(f"pid {p.pid}" for p in left)
+            + "; check them with `ps -o pid,stat,wchan,cmd -p PID` and restart the host if they stay")

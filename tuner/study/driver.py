@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import HarnessError, InputError
 from tuner.record import schema
+from tuner.runtime import interrupts
 from tuner.study.executors import Executor, Finished, Hooks, make_executor
 from tuner.study.lifecycle import StudyHandle, finished_count
 from tuner.study.recorder import TrialRecorder
@@ -65,6 +66,9 @@ class _State:
     # Proposals of a config that is running right now (several trials at once): answered with its
     # measurement when it ends, instead of launching it twice.
     held: list[tuple[optuna.Trial, TrialTask]] = field(default_factory=list)
+    # Every trial asked and not told yet, by number: Ctrl-C may land anywhere (between ``ask`` and
+    # the submit, or while a finished trial is being recorded), and none of them may stay RUNNING.
+    asked: dict[int, optuna.Trial] = field(default_factory=dict)
 
 
 def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: int | None = None,
@@ -114,6 +118,7 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                 ended = executor.wait()
                 trial, _ = in_flight.pop(ended.key)
                 frozen = _finish(study, recorder, trial, ended)
+                state.asked.pop(trial.number, None)
                 reporter.trial_finished(frozen)
                 _release_held(study, executor, recorder, reporter, state, in_flight, frozen)
                 state.harness_errors = state.harness_errors + 1 if frozen.state == TrialState.FAIL else 0
@@ -122,13 +127,19 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                         f"{MAX_HARNESS_ERRORS} trials in a row failed in the tuner itself; last: "
                         f"{frozen.user_attrs.get(schema.HARNESS_ERROR, 'see the trial logs')}")
         except (KeyboardInterrupt, InputError) as exc:
-            # Nothing may stay RUNNING: the trials that were out are FAIL, and `tune resume`
-            # re-queues the interrupted ones.
-            executor.cancel(list(in_flight))
-            for trial, _ in [*in_flight.values(), *state.held]:
-                if isinstance(exc, KeyboardInterrupt):
-                    trial.set_user_attr(schema.INTERRUPTED, True)
-                _tell(study, trial, TrialState.FAIL)
+            # Nothing may stay RUNNING: the trials that were out are FAIL in the storage before
+            # this process exits (a second Ctrl-C waits for that), and `tune resume` re-queues
+            # the interrupted ones.
+            with interrupts.deferred():
+                executor.cancel(list(in_flight))
+                for trial in state.asked.values():
+                    if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+                        continue  # told already, in the instant before the interrupt
+                    if isinstance(exc, KeyboardInterrupt):
+                        trial.set_user_attr(schema.INTERRUPTED, True)
+                    _tell(study, trial, TrialState.FAIL)
+                    reporter.note(f"trial {trial.number} marked interrupted" if isinstance(
+                        exc, KeyboardInterrupt) else f"trial {trial.number} marked FAIL")
             raise
         finally:
             executor.close()
@@ -139,12 +150,14 @@ def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder,
     """Ask for one trial; answer it without a launch if its config is known, else submit it."""
     study = handle.study
     trial = study.ask()
+    state.asked[trial.number] = trial
     task = prepare(handle, trial, recorder)
     reporter.trial_started(task.number, finished_count(study) + len(in_flight) + 1, total, task.label)
     answer = recorder.without_launch(trial, task.engine, task.knobs, task.omit,
                                      check_rules=checks_rules(handle.space, trial, task.engine))
     if answer is not None:
         frozen = _tell(study, trial, answer.state, answer.values)
+        state.asked.pop(trial.number, None)
         reporter.trial_finished(frozen)
         state.unlaunched_in_a_row += 1
         return
@@ -174,6 +187,7 @@ def _release_held(study: optuna.Study, executor: Executor, recorder: TrialRecord
             _submit(executor, recorder, reporter, in_flight, trial, task)
             continue
         reporter.trial_finished(_tell(study, trial, answer.state, answer.values))
+        state.asked.pop(trial.number, None)
 
 
 def _finish(study: optuna.Study, recorder: TrialRecorder, trial: optuna.Trial,

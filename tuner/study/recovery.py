@@ -17,7 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import InputError
 from tuner.record import schema
 from tuner.record.storage import sqlite_path
-from tuner.runtime import orphans
+from tuner.runtime import marker, orphans
+from tuner.runtime.procgroup import kill_group
 from tuner.study.lifecycle import StudyHandle
 
 
@@ -37,8 +38,10 @@ def _owner_alive(t: FrozenTrial, *, exclusive: bool) -> bool:
 def recover(handle: StudyHandle) -> list[str]:
     """Make an interrupted study runnable again; returns what was done, for the terminal.
 
-    RUNNING trials whose worker is gone are failed; every FAIL trial that is not itself a retry is
-    re-queued once. (The engines such a worker left are the executor's to reap.)
+    RUNNING trials whose worker is gone are failed, after every process that still carries their
+    engine's marker is killed (on this host: the registry-based reap misses children that left a
+    dead leader's group, and a launch killed before it was registered); every FAIL trial that is
+    not itself a retry is re-queued once.
     """
     notes = []
     study = handle.study
@@ -46,6 +49,7 @@ def recover(handle: StudyHandle) -> list[str]:
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if _owner_alive(t, exclusive=exclusive):
             continue
+        notes.extend(_kill_leftovers(t))
         study._storage.set_trial_user_attr(t._trial_id, schema.INTERRUPTED, True)
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         notes.append(f"trial {t.number} was running when its tuner process died: marked FAIL")
@@ -60,6 +64,16 @@ def recover(handle: StudyHandle) -> list[str]:
         why = "was interrupted" if t.user_attrs.get(schema.INTERRUPTED) else "failed in the tuner"
         notes.append(f"trial {t.number} {why}: re-queued")
     return notes
+
+
+def _kill_leftovers(t: FrozenTrial) -> list[str]:
+    value = t.user_attrs.get(schema.ENGINE_MARKER)
+    left = marker.carrying(value) if value else []
+    if not left:
+        return []
+    kill_group(None, grace_s=5, marker_value=value)
+    return [f"trial {t.number}: killed {len(left)} leftover engine processes "
+            f"(pids {', '.join(str(p.pid) for p in left)}, marker {value})"]
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import optuna
 from tuner.errors import HarnessError, InputError
 from tuner.record import schema
 from tuner.record.storage import trial_dir
+from tuner.runtime import marker
 from tuner.space import (
     Scalar,
     Space,
@@ -42,6 +43,7 @@ class TrialTask:
     # metric on it passes this threshold (computed by the driver, applied by the worker).
     screen_threshold: float | None = None
     quality: ProbeTask | None = None  # the quality probe's role here (None: no guardrail)
+    marker: str | None = None  # TUNER_TRIAL_MARKER for its engine (tuner.runtime.marker)
 
     def gate(self, metrics: dict) -> bool:
         if self.screen_threshold is None:
@@ -87,6 +89,9 @@ def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -
     omit = frozenset(trial.user_attrs.get(schema.OMIT, []))
     engine, knobs = suggest(trial, space, omit)
     recorder.claim(trial, engine)
+    # Chosen here, not by the worker: a resume after the worker died must know it from the storage.
+    engine_marker = marker.new(handle.name, f"trial-{trial.number:04d}")
+    trial.set_user_attr(schema.ENGINE_MARKER, engine_marker)
     label = f"{engine} " + " ".join(f"{k}={v}" for k, v in knobs.items() if k not in omit)
     if omit:
         label += " (engine defaults for " + ", ".join(sorted(omit)) + ")"
@@ -103,7 +108,8 @@ def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -
     launched = {k: v for k, v in knobs.items() if k not in omit}
     return TrialTask(trial.number, engine, knobs, omit,
                      trial_dir(handle.url, handle.name, trial.number), space, label,
-                     tuple(workloads), threshold, probe_task(handle, engine, launched))
+                     tuple(workloads), threshold, probe_task(handle, engine, launched),
+                     engine_marker)
 
 
 def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> TrialOutcome:
@@ -113,7 +119,7 @@ def execute(task: TrialTask, *, on_phase=lambda _: None, on_started=None) -> Tri
                          on_phase=on_phase, on_started=on_started,
                          workloads=list(task.workloads) or None,
                          gate=task.gate if task.screen_threshold is not None else None,
-                         quality=task.quality)
+                         quality=task.quality, marker_value=task.marker)
     except (KeyboardInterrupt, InputError, HarnessError):
         raise
     except Exception as exc:

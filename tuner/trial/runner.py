@@ -21,6 +21,7 @@ from tuner.errors import HarnessError
 from tuner.files import write_atomic
 from tuner.fingerprint import engine_version
 from tuner.paths import expand
+from tuner.runtime import marker
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
 from tuner.space import Scalar, Space, Workload
@@ -97,6 +98,7 @@ def run_trial(
     workloads: list[Workload] | None = None,
     gate: Callable[[dict], bool] | None = None,
     quality: ProbeTask | None = None,
+    marker_value: str | None = None,
 ) -> TrialOutcome:
     """Launch, benchmark each workload in turn on the same server (the space's by default), run
     the quality probe (``quality``: the role the driver gave this trial), stop.
@@ -104,6 +106,8 @@ def run_trial(
     ``outcome.metrics`` holds the first workload's metrics; all of them are in
     ``outcome.workload_metrics`` by workload name. ``gate`` sees the first workload's metrics and
     may stop the trial there (multi-fidelity screening): ``outcome.screened_out`` is then set.
+    ``marker_value`` goes into the engine's environment (the driver stores it on the trial, so
+    that a resume finds the engine's processes even when this worker dies).
     """
     spec = load_engine(engine)
     choice = space.engines[engine]
@@ -122,7 +126,8 @@ def run_trial(
     t0 = time.monotonic()
     on_phase("launching")
     try:
-        server = start(plan, spec, log_path)
+        server = start(plan, spec, log_path,
+                       marker_value or marker.new(space.name, trial_dir.name))
     except EngineStartFailed as exc:
         raise HarnessError(f"port {plan.port} was taken before launch") from exc
     try:

@@ -274,3 +274,24 @@ def test_a_space_with_nothing_new_stops_with_any_concurrency(studies, slots):
     handle, notes = _run(_space(budget={"n_trials": 20}), f"exhausted{slots}", fake)
     assert notes.notes == [study_mod.EXHAUSTED]
     assert len(fake.launched) == len(set(THROUGHPUT) - RULED_OUT)
+
+
+def test_ctrl_c_while_a_finished_trial_is_recorded_leaves_it_interrupted_not_running(studies):
+    """The trial has left the executor and is being stored when Ctrl-C lands: it must still be
+    FAIL + interrupted in the storage when run() returns, and the terminal is told."""
+    from tuner.study.recorder import TrialRecorder
+
+    class InterruptedRecorder(TrialRecorder):
+        def record(self, trial, outcome):
+            raise KeyboardInterrupt
+
+    handle = study_mod.create(_space(), "ctrl-c", default_url("ctrl-c"))
+    notes = Notes()
+    with pytest.raises(KeyboardInterrupt):
+        study_mod.run(handle, executor=TableExecutor(), reporter=notes,
+                      recorder=InterruptedRecorder(handle.study, handle.space, handle.url))
+    trials = handle.study.trials
+    assert TrialState.RUNNING not in {t.state for t in trials}
+    (trial,) = [t for t in trials if t.state == TrialState.FAIL]  # the launched one
+    assert trial.user_attrs[schema.INTERRUPTED]
+    assert notes.notes[-1] == f"trial {trial.number} marked interrupted"
