@@ -11,9 +11,11 @@ default ``agg`` mode, in process (aiconfigurator/cli/api.py ``_run_agg_estimate`
 ``get_database_view`` -> ``get_backend(...).run_agg``. Loading a GPU's database costs ~2 s once
 per process; each estimate after that takes milliseconds.
 
-How tuner's knobs map (and what is not modelled) is in ``_plan``; every simplification made for a
-request is listed in its ``notes``. AIC models a steady state at a fixed batch, not a scheduler
-with a queue: the TTFT it predicts does not include queueing at request rate inf.
+How tuner's knobs map (and what is not modelled) is in ``_plan``; how each engine runs online
+quantization and an FP8 KV cache, in AIC's mode names, is data with the engines' sources
+(``aiconfigurator_modes.yaml``). Every simplification made for a request is listed in its
+``notes``. AIC models a steady state at a fixed batch, not a scheduler with a queue: the TTFT it
+predicts does not include queueing at request rate inf.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from tuner.estimate.base import Estimate, EstimateRequest, register
+from tuner.yaml_io import load_model
 
 PACKAGE = "aiconfigurator-core"
 INSTALL_HINT = f"pip install 'tuner[estimate]' (installs {PACKAGE})"
@@ -63,7 +68,7 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "prefix_caching": (True, False),   # AIC assumes no shared prefixes, so the switch is moot
     "overlap_scheduler": (True,),      # TRT-LLM's default, which AIC's data was taken with
 }
-KV_DTYPES = {"auto": None, "bfloat16": "bfloat16", "fp8": "fp8"}
+MODES_FILE = Path(__file__).with_name("aiconfigurator_modes.yaml")
 
 # AIC predicts poorly above this batch (its own sweep stops at 1024: "data collection is not
 # enough to cover this", sdk/backends/base_backend.py).
@@ -72,6 +77,40 @@ MAX_BATCH = 1024
 
 class _Unsupported(Exception):
     pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OnlineGemm(_Strict):
+    """What an engine runs for a quantization value on a checkpoint that is not pre-quantized."""
+
+    scheme: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    modes: tuple[str, ...] = Field(min_length=1)  # AIC GEMM modes, best first
+    aic_source: str = Field(min_length=1)
+
+
+class KvMode(_Strict):
+    kvcache: str
+    fmha: str | None = None  # None: AIC infers it from the checkpoint
+    source: str = Field(min_length=1)
+
+
+class EngineModes(_Strict):
+    """Engine knowledge in AIC's vocabulary (aiconfigurator_modes.yaml): data, so that a new engine
+    release that changes its kernels is a reviewed edit with its source, not a code change."""
+
+    online_gemm: dict[str, dict[str, OnlineGemm]]
+    kv_cache: dict[str, dict[str, KvMode]]
+
+
+@cache
+def engine_modes() -> EngineModes:
+    """The mode table, validated once per process: a malformed edit fails on first use, naming
+    the file and line."""
+    return load_model(EngineModes, MODES_FILE, "AIConfigurator mode table")
 
 
 def _engine_defaults(engine: str, system: str, mem_gib: float) -> dict[str, Any]:
@@ -93,7 +132,9 @@ class _Plan:
     version: str
     model_path: str
     gemm_quant_mode: str | None
+    gemm_fallbacks: tuple[str, ...]  # modes to substitute, in order, where the data lacks the first
     kvcache_quant_mode: str | None
+    fmha_quant_mode: str | None
     tp: int
     max_num_seqs: int
     max_num_tokens: int
@@ -215,9 +256,7 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
     if unset:
         notes.append("engine defaults: " + ", ".join(f"{k}={knobs[k]}" for k in unset))
 
-    kv = knobs.get("kv_cache_dtype", "auto")
-    if kv not in KV_DTYPES:
-        raise _Unsupported(f"kv_cache_dtype={kv!r} has no AIConfigurator mode (auto, bfloat16, fp8)")
+    kv = _kv_mode(req.engine, str(knobs.get("kv_cache_dtype", "auto")))
     gemm, gemm_notes = _gemm_mode(req, str(knobs.get("quantization", "none")), sm, aic)
     notes += gemm_notes
 
@@ -231,23 +270,41 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
     fraction = req.knobs.get("gpu_memory_utilization")
     return _Plan(
         system=system, backend=req.engine, version=version, model_path=_model_path(req.model, aic),
-        gemm_quant_mode=gemm, kvcache_quant_mode=KV_DTYPES[kv],
+        gemm_quant_mode=gemm[0] if gemm else None, gemm_fallbacks=gemm[1:],
+        kvcache_quant_mode=kv.kvcache if kv else None, fmha_quant_mode=kv.fmha if kv else None,
         tp=int(knobs.get("tensor_parallel", 1)), max_num_seqs=int(knobs["max_num_seqs"]),
         max_num_tokens=int(knobs["max_num_tokens"]), chunked_prefill=chunked,
         memory_fraction=None if fraction is None else float(fraction), notes=tuple(notes))
 
 
-def _gemm_mode(req: EstimateRequest, quant: str, sm: int,
-               aic: dict[str, Any]) -> tuple[str | None, list[str]]:
-    """AIC's GEMM quant mode for tuner's quantization knob and the checkpoint it loads.
+def _kv_mode(engine: str, kv: str) -> KvMode | None:
+    """AIC's KV cache (and attention) modes for the kv_cache_dtype knob; None: the model's dtype."""
+    if kv == "auto":
+        return None
+    if kv == "bfloat16":
+        return KvMode(kvcache="bfloat16", source="the unquantized KV cache")
+    mapped = engine_modes().kv_cache.get(engine, {})
+    if kv not in mapped:
+        raise _Unsupported(f"kv_cache_dtype={kv!r} has no AIConfigurator mode for {engine} "
+                           f"(mapped: {', '.join(['auto', 'bfloat16', *mapped])}; "
+                           f"{MODES_FILE.name})")
+    return mapped[kv]
 
-    none -> the model's own dtype; fp8 -> fp8_block for a block-scaled checkpoint (Qwen's -FP8),
-    fp8 (per-tensor, dynamic) for vLLM/SGLang online quantization; awq -> int4_wo (W4A16). On GPUs
+
+def _gemm_mode(req: EstimateRequest, quant: str, sm: int,
+               aic: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
+    """AIC's GEMM quant modes (best first; none: the model's own dtype) for tuner's quantization
+    knob and the checkpoint the engine loads.
+
+    A pre-quantized checkpoint decides the mode: fp8_block for a block-scaled one (Qwen's -FP8),
+    fp8_static or fp8 by its activation scheme; awq -> int4_wo (W4A16). On a checkpoint that is not
+    quantized, vLLM and SGLang quantize at load time, each with its own scales (per tensor, per
+    channel): that mapping is data (aiconfigurator_modes.yaml, with the engines' sources). On GPUs
     without FP8 compute (SM < 89) vLLM and SGLang run FP8 weight-only through Marlin, which is
     AIC's int8_wo (W8A16) lane; TRT-LLM keeps FP8 compute there and AIC refuses it, as the engine does.
     """
     if quant in ("none", "auto"):
-        return None, []
+        return (), []
     if quant not in ("fp8", "awq"):
         raise _Unsupported(f"quantization={quant!r} has no AIConfigurator mapping (none, fp8, awq)")
     cfg = None
@@ -261,29 +318,37 @@ def _gemm_mode(req: EstimateRequest, quant: str, sm: int,
     method = str(qc.get("quant_method", "")).lower()
     notes: list[str] = []
     if quant == "fp8":
-        if cfg is None:
-            if req.engine == "trtllm":
-                raise _Unsupported("TensorRT-LLM quantizes only from the checkpoint; name the FP8 "
-                                   "checkpoint")
-            mode = "fp8"
-            notes.append("online FP8 (per-tensor, dynamic)")
+        if not method:
+            modes, notes = _online(req.engine, quant)
         elif method == "fp8":
-            mode = "fp8_block" if qc.get("weight_block_size") else (
-                "fp8_static" if str(qc.get("activation_scheme", "")).lower() == "static" else "fp8")
+            static = str(qc.get("activation_scheme", "")).lower() == "static"
+            modes = ("fp8_block" if qc.get("weight_block_size") else
+                     "fp8_static" if static else "fp8",)
         else:
             raise _Unsupported(f"checkpoint {req.checkpoint!r} is not an FP8 checkpoint "
-                               f"(quant_method {method or 'none'})")
+                               f"(quant_method {method}) and the engine does not re-quantize it")
         if sm < 89 and req.engine in ("vllm", "sglang"):
-            notes.append(f"SM {sm} has no FP8 compute: {req.engine} runs FP8 weight-only (Marlin), "
-                         f"modelled as AIC's W8A16 int8_wo GEMM")
-            mode = "int8_wo"
-        return mode, notes
-    if cfg is None:
+            notes = [f"SM {sm} has no FP8 compute: {req.engine} runs FP8 weight-only (Marlin), "
+                     f"modelled as AIC's W8A16 int8_wo GEMM"]
+            modes = ("int8_wo",)
+        return modes, notes
+    if not method:
         raise _Unsupported("AWQ is not an online quantization; name the AWQ checkpoint")
     if method != "awq" or int(qc.get("bits", 4)) != 4:
         raise _Unsupported(f"checkpoint {req.checkpoint!r} is not a 4-bit AWQ checkpoint "
-                           f"(quant_method {method or 'none'}, bits {qc.get('bits')})")
-    return "int4_wo", ["AWQ modelled as AIC's W4A16 int4_wo GEMM"]
+                           f"(quant_method {method}, bits {qc.get('bits')})")
+    return ("int4_wo",), ["AWQ modelled as AIC's W4A16 int4_wo GEMM"]
+
+
+def _online(engine: str, quant: str) -> tuple[tuple[str, ...], list[str]]:
+    """The GEMM modes for an engine's online quantization of an unquantized checkpoint."""
+    online = engine_modes().online_gemm.get(engine, {}).get(quant)
+    if online is None:
+        if engine == "trtllm":
+            raise _Unsupported(f"TensorRT-LLM quantizes only from the checkpoint; name the "
+                               f"{quant.upper()} checkpoint (a model variant)")
+        raise _Unsupported(f"no online {quant} mapping for {engine} in {MODES_FILE.name}")
+    return online.modes, [f"online {quant}: {online.scheme}"]
 
 
 def _model_path(model: str, aic: dict[str, Any]) -> str:
@@ -321,16 +386,44 @@ def _read_config(model: str, aic: dict[str, Any]) -> dict | None:
 
 
 @cache
-def _session(model_path: str, backend: str, system: str, version: str, mode: str,
-             gemm: str | None, kv: str | None, tp: int) -> tuple[Any, Any, Any]:
-    """(model, database, backend) for one model/quantization/GPU/engine: built once per process."""
-    aic = _aic()
-    db = aic["get_database_view"](system, backend, version, allow_missing_data=mode != "SILICON",
-                                  database_mode=mode, transfer_policy=None)
+def _database(system: str, backend: str, version: str, mode: str) -> Any:
+    """AIC's performance database for one GPU/engine/version: loaded once per process (~2 s)."""
+    db = _aic()["get_database_view"](system, backend, version, allow_missing_data=mode != "SILICON",
+                                     database_mode=mode, transfer_policy=None)
     if db is None:
         raise _Unsupported(f"AIConfigurator could not load its {system}/{backend} {version} data")
+    return db
+
+
+def _measured_gemm(plan: _Plan, db: Any, mode: str) -> tuple[str | None, list[str]]:
+    """The first of the plan's GEMM modes that AIC measured for this engine version.
+
+    Only SILICON needs measured rows: HYBRID fills a missing mode with AIC's formulas, which is
+    better than a substitute of another scale granularity.
+    """
+    first = plan.gemm_quant_mode
+    if first is None or mode != "SILICON":
+        return first, []
+    have = set(db.supported_quant_mode["gemm"])
+    folder = f"systems/data/{plan.system}/gemm/{plan.backend}/{plan.version}"
+    for candidate in (first, *plan.gemm_fallbacks):
+        if candidate in have:
+            return candidate, [] if candidate == first else [
+                f"AIC has no {first} GEMM data in {folder}: modelled as {candidate}"]
+    tried = " or ".join((first, *plan.gemm_fallbacks))
+    raise _Unsupported(f"AIConfigurator has no GEMM data for {tried} in {folder} (it has "
+                       f"{', '.join(sorted(have))}); the HYBRID estimator (aiconfigurator-hybrid) "
+                       f"models it from formulas")
+
+
+@cache
+def _session(model_path: str, backend: str, system: str, version: str, mode: str,
+             gemm: str | None, kv: str | None, fmha: str | None, tp: int) -> tuple[Any, Any, Any]:
+    """(model, database, backend) for one model/quantization/GPU/engine: built once per process."""
+    aic = _aic()
+    db = _database(system, backend, version, mode)
     cfg = aic["build_model_config"](tp, 1, 1, None, None, gemm_quant_mode=gemm,
-                                    kvcache_quant_mode=kv)
+                                    kvcache_quant_mode=kv, fmha_quant_mode=fmha)
     aic["resolve_context_fmha_by_data"](cfg, model_path, db, backend, is_context_role=True)
     return aic["get_model"](model_path, cfg, backend), db, aic["get_backend"](backend)
 
@@ -349,10 +442,12 @@ def _ctx_tokens(plan: _Plan, batch: int, isl: int) -> int:
 
 def _run(req: EstimateRequest, plan: _Plan, aic: dict[str, Any], mode: str,
          source: str) -> Estimate:
+    db = _database(plan.system, plan.backend, plan.version, mode)
+    gemm, gemm_notes = _measured_gemm(plan, db, mode)
     model, db, backend = _session(plan.model_path, plan.backend, plan.system, plan.version, mode,
-                                  plan.gemm_quant_mode, plan.kvcache_quant_mode, plan.tp)
+                                  gemm, plan.kvcache_quant_mode, plan.fmha_quant_mode, plan.tp)
     isl, osl = req.input_len, req.output_len
-    notes = list(plan.notes)
+    notes = [*plan.notes, *gemm_notes]
 
     def run(batch: int) -> Any:
         extra: dict[str, Any] = {"free_gpu_memory_fraction": plan.memory_fraction}

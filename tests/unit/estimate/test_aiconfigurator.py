@@ -157,7 +157,8 @@ def test_unsupported_engine(aic, qwen3_14b):
     ({"cuda_graphs": False}, "does not model cuda_graphs=False"),
     ({"block_size": 32}, "does not model the knob(s) block_size"),
     ({"kv_cache_dtype": "fp8"}, "context attention data missing"),  # no FP8 KV data for SM80
-    ({"quantization": "fp8"}, "GEMM perf data missing for quant 'int8_wo'"),  # W8A16 on SM80
+    ({"quantization": "fp8"},  # W8A16 on SM80
+     "no GEMM data for int8_wo in systems/data/a100_sxm/gemm/vllm/0.14.0 (it has bfloat16)"),
     ({"quantization": "awq"}, "name the AWQ checkpoint"),
     ({"quantization": "gptq"}, "quantization='gptq' has no AIConfigurator mapping"),
     ({"max_seq_len": 256}, "requests would be rejected"),
