@@ -225,11 +225,12 @@ class EngineSpec(_Strict):
             raise ValueError(f"rule ids must be unique: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
         return self
 
-    def gpus(self, knobs: Mapping[str, object]) -> int:
-        """GPUs a launch with these knobs occupies; an omitted knob runs at its default, 1."""
+    def gpus(self, knobs: Mapping[str, object], omit: frozenset[str] = frozenset()) -> int:
+        """GPUs a launch with these knobs occupies; an unset or omitted knob runs at its default, 1."""
         count = 1
         for name in self.gpus_per_launch:
-            count *= int(knobs.get(name) or 1)
+            if name not in omit:
+                count *= int(knobs.get(name) or 1)
         return count
 
 
