@@ -99,6 +99,7 @@ def test_the_argv_has_the_parallel_flags_and_multicast_off(cache):
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--data-parallel-size"] == "1"
     assert pairs["--quantization"] == "fp8" and pairs["--load-format"] == "dummy"
     assert NO_MULTICAST.items() <= plan.env.items()
+    assert plan.env["PYTHONPATH"] == str(cache / "engines" / "vllm-0.25.1")
     assert load_engine("vllm").gpus(knobs) == 2
 
 
