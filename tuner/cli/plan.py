@@ -174,7 +174,8 @@ def register(app: typer.Typer) -> None:
         space: str = typer.Option(..., "--space", help="Space name (bundled, or ./search_spaces/NAME.yaml) or YAML path."),
         gpu: Optional[str] = typer.Option(
             None, "--gpu", help="Plan for a hardware profile (engines/hardware/gpus.yaml, e.g. "
-                                "a100-sxm-80gb) instead of this machine."),
+                                "a100-sxm-80gb; NAME-xN for N of them in one host, e.g. h200-141gb-x2) instead of "
+                                "this machine."),
         samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sampled configs."),
         estimate: bool = typer.Option(False, "--estimate", help="Predict every config shown with a "

@@ -99,8 +99,8 @@ def hardware_facts(hw: Hardware) -> dict[str, Any]:
 
 def model_facts(spec: EngineSpec, space: Space, quantization: Any) -> dict[str, Any]:
     facts: dict[str, Any] = {"variants": tuple(space.model.variants)}
-    if quantization is UNKNOWN:
-        return facts  # which checkpoint is loaded is not decided yet
+    if quantization is UNKNOWN and space.model.variants:
+        return facts  # which checkpoint is loaded is not decided yet; without variants it is the base
     config = read_model_config(checkpoint_for(spec, space.model, quantization))
     for key in ("num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
         if isinstance(config.get(key), int):

@@ -3,12 +3,19 @@
 Rules need only a few facts: compute capability, memory per GPU, GPU count and name, CPU flags.
 Detection reuses the NVML query of ``fingerprint`` so the device key stored with each trial and the
 one rules and learned infeasibility use are the same string. Profiles in
-``engines/hardware/gpus.yaml`` let ``tune plan --gpu NAME`` plan for a GPU you are not on.
+``engines/hardware/gpus.yaml`` let ``tune plan --gpu NAME`` plan for a GPU you are not on;
+``NAME-xN`` is N of them in one host (``h200-141gb-x2``), so multi-GPU rules can be planned too.
+
+The GPU count is what a launch from this process can use: NVML sees every GPU of the host whatever
+CUDA_VISIBLE_DEVICES says, but the engine sees only the visible ones, and a worker pinned to one GPU
+must not plan a tensor-parallel launch over two.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import re
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Literal
 
@@ -61,8 +68,17 @@ def detect() -> Hardware:
     first = gpus[0]
     return Hardware(name=first["name"], kind="gpu", device_key=fingerprint.device_key(),
                     gpu_name=first["name"], compute_capability=first["compute_capability"],
-                    memory_mib=int(first["memory_mib"]), count=len(gpus), driver=first["driver"],
-                    cpu_flags=flags)
+                    memory_mib=int(first["memory_mib"]),
+                    count=visible_count(len(gpus), os.environ.get("CUDA_VISIBLE_DEVICES")),
+                    driver=first["driver"], cpu_flags=flags)
+
+
+def visible_count(host_gpus: int, visible_devices: str | None) -> int:
+    """GPUs a CUDA process here can use: the entries of CUDA_VISIBLE_DEVICES (indices, UUIDs),
+    at most the host's; unset means all of them, and an empty value none."""
+    if visible_devices is None:
+        return host_gpus
+    return min(host_gpus, len([d for d in visible_devices.split(",") if d.strip()]))
 
 
 class _Profile(BaseModel):
@@ -96,12 +112,20 @@ def profile_names() -> list[str]:
     return list(_profiles())
 
 
+_COUNT_SUFFIX = re.compile(r"^(?P<base>.+)-x(?P<count>[1-9][0-9]*)$")
+
+
 def profile(name: str) -> Hardware:
-    """A named profile (``a100-sxm-80gb``, ``cpu``...), for planning hardware you are not on."""
+    """A named profile (``a100-sxm-80gb``, ``cpu``...), or ``NAME-xN`` for N of its GPUs in one
+    host, for planning hardware you are not on. The name stays the base profile's: performance
+    models key on it."""
     profiles = _profiles()
+    m = _COUNT_SUFFIX.match(name)
+    if name not in profiles and m and m["base"] in profiles and profiles[m["base"]].kind == "gpu":
+        return replace(profile(m["base"]), count=int(m["count"]))
     if name not in profiles:
-        raise InputError(f"unknown GPU profile {name!r}; known: {', '.join(profiles)} "
-                         f"(add one to {PROFILES_FILE})")
+        raise InputError(f"unknown GPU profile {name!r}; known: {', '.join(profiles)}, each GPU "
+                         f"one also as NAME-xN for N GPUs (add one to {PROFILES_FILE})")
     p = profiles[name]
     if p.kind == "cpu":
         flags = tuple(p.cpu_flags)

@@ -6,6 +6,7 @@ validates it. Translation to argv lives in ``translate.py``, failure matching in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -249,6 +250,9 @@ class EngineSpec(_Strict):
     # Needs a large /dev/shm in a container (docker gives 64 MiB): PyTorch worker processes share
     # tensors through it. Deployments then get `ipc: host` or a memory-backed /dev/shm.
     shared_memory: bool = False
+    # Knobs whose values multiply into the GPUs one launch occupies (unset: 1 each), so a result
+    # can be normalised per GPU and a scheduler can reserve what the launch takes.
+    gpus_per_launch: list[str] = []
     # The Python distribution whose version `tune doctor` reads from the engine's venv.
     package: str | None = None
     served_name_flag: str | None = None
@@ -280,10 +284,21 @@ class EngineSpec(_Strict):
             if unknown:
                 raise ValueError(f"failure {sig.failure_class!r}: generalises_on names "
                                  f"{', '.join(unknown)}; allowed: engine, device or a knob")
+        unknown = [k for k in self.gpus_per_launch if k not in self.knobs]
+        if unknown:
+            raise ValueError(f"gpus_per_launch names {', '.join(unknown)}, which are not knobs")
         ids = [r.id for r in self.rules]
         if len(set(ids)) != len(ids):
             raise ValueError(f"rule ids must be unique: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
         return self
+
+    def gpus(self, knobs: Mapping[str, object], omit: frozenset[str] = frozenset()) -> int:
+        """GPUs a launch with these knobs occupies; an unset or omitted knob runs at its default, 1."""
+        count = 1
+        for name in self.gpus_per_launch:
+            if name not in omit:
+                count *= int(knobs.get(name) or 1)
+        return count
 
 
 @cache

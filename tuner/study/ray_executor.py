@@ -6,8 +6,8 @@ recorded exactly as in local runs (constraints, user attrs, artifacts — Optuna
 constraints), baselines are enqueued once by ``tune start`` (OptunaSearch re-enqueues
 points_to_evaluate on every restore), and there is no searcher state to pickle: restoring after the
 driver dies is ``tune resume --backend ray``, which fails the orphaned RUNNING trials, reaps their
-engines and re-queues them. Each task asks Ray for ``tensor_parallel`` GPUs; Ray sets its
-CUDA_VISIBLE_DEVICES, and the task picks its own port.
+engines and re-queues them. Each task asks Ray for the GPUs its launch takes (``EngineSpec.gpus``);
+Ray sets its CUDA_VISIBLE_DEVICES, and the task picks its own port.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tuner.engines.spec import load_engine
 from tuner.errors import InputError
 from tuner.runtime import orphans
 from tuner.study.executors import EXECUTORS, Finished, Hooks, reap_orphans
@@ -66,7 +67,7 @@ class RayExecutor:
         self._tasks: dict[Any, TrialTask] = {}
 
     def submit(self, task: TrialTask, hooks: Hooks) -> Any:
-        gpus = int(task.knobs.get("tensor_parallel", 1) or 1) if self._gpus else 0
+        gpus = load_engine(task.engine).gpus(task.knobs, task.omit) if self._gpus else 0
         ref = self._remote.options(num_gpus=gpus, num_cpus=0.5).remote(task)
         self._tasks[ref] = task
         return ref

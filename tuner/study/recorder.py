@@ -21,6 +21,7 @@ from tuner.engines.hardware import Hardware, detect
 from tuner.errors import HarnessError
 from tuner.fingerprint import environment, model_revision
 from tuner.record import schema
+from tuner.record.per_gpu import GPUS, TOKENS_PER_GPU_HOUR
 from tuner.record.slo import metric_value, worst_slack
 from tuner.record.storage import artifact_store
 from tuner.redact import redact_argv, redact_env, redact_text, secret_values
@@ -37,7 +38,7 @@ HEADLINE_METRICS = (
     "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "p99_itl_ms", "completed", "failed", "duration",
     "joules_per_output_token", "gpu_memory_peak_mib", "gpu_utilization_mean_pct",
-    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct",
+    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct", GPUS, TOKENS_PER_GPU_HOUR,
 )
 
 

@@ -22,6 +22,7 @@ from tuner.files import write_atomic
 from tuner.fingerprint import engine_version
 from tuner.paths import expand
 from tuner.runtime import marker
+from tuner.record.per_gpu import per_gpu
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
 from tuner.space import Scalar, Space, Workload
@@ -165,9 +166,11 @@ def run_trial(
             path = trial_dir / (f"bench-{workload.name}.json" if workloads else "bench-result.json")
             _write_json(path, {**result.to_json(), "telemetry": telemetry})
             outcome.telemetry[workload.name] = telemetry
-            # Energy per token and peak memory are metrics too: usable as objectives and SLOs.
+            # Energy per token, peak memory and tokens per GPU-hour are metrics too: usable as
+            # objectives and SLOs.
             metrics = {**result.metrics, **{k: v for k, v in derived(
-                telemetry, result.metrics.get("total_output_tokens") or 0).items() if v is not None}}
+                telemetry, result.metrics.get("total_output_tokens") or 0).items() if v is not None},
+                **per_gpu(result.metrics, spec.gpus(knobs, omit))}
             outcome.workload_metrics[workload.name] = metrics
             outcome.client_saturated |= result.client_saturated
             if i == 0:
@@ -175,7 +178,7 @@ def run_trial(
                 primary_errors = result.errors
             if not server.alive():
                 break
-            if i == 0 and gate is not None and not gate(result.metrics):
+            if i == 0 and gate is not None and not gate(metrics):
                 outcome.screened_out = True
                 break
         outcome.timings["bench_s"] = time.monotonic() - t_bench

@@ -208,7 +208,47 @@ def test_vllm_tensor_parallel_must_divide_heads(tiny_space):
     assert first_violation("vllm", {"tensor_parallel": 3}, **kw).rule_id == "vllm-tp-divides-heads"
     assert first_violation("vllm", {"tensor_parallel": 2}, **kw) is None
     assert first_violation("vllm", {"tensor_parallel": 4}, hardware=H100, space=tiny_space).rule_id \
-        == "vllm-tp-exceeds-gpus"
+        == "vllm-tp-dp-exceeds-gpus"
+
+
+def test_vllm_kv_heads_must_split_or_replicate(tmp_path):
+    """48 heads, 8 KV heads: tp 3 and 6 divide the heads but cannot share out the KV heads; tp 16
+    replicates each KV head on two GPUs (Qwen3Attention asserts both ways)."""
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 48,
+                                                      "num_key_value_heads": 8}))
+    space = space_from_dict({"name": "gqa", "model": {"path": str(tmp_path)}, "engines": {"vllm": {}}})
+    kw = {"hardware": replace(H100, count=16), "space": space}
+    for tp in (3, 6):
+        v = first_violation("vllm", {"tensor_parallel": tp}, **kw)
+        assert v.rule_id == "vllm-tp-divides-kv-heads" and f"KV heads (8) and tensor_parallel ({tp})" \
+            in v.reason
+    for tp in (1, 2, 4, 8, 16):
+        assert first_violation("vllm", {"tensor_parallel": tp}, **kw) is None
+
+
+@pytest.mark.parametrize("knobs, gpus, pruned", [
+    ({"tensor_parallel": 2, "data_parallel": 2}, 2, True),
+    ({"tensor_parallel": 1, "data_parallel": 2}, 2, False),
+    ({"tensor_parallel": 2}, 2, False),
+    ({"data_parallel": 2}, 1, True),
+    ({"tensor_parallel": 2, "data_parallel": 1}, 1, True),
+    ({}, 1, False),
+    ({"tensor_parallel": 2, "data_parallel": 2}, 4, False),
+])
+def test_vllm_tp_times_dp_must_fit_the_gpus(tiny_space, knobs, gpus, pruned):
+    v = first_violation("vllm", knobs, hardware=replace(H100, count=gpus), space=tiny_space)
+    assert (v.rule_id if v else None) == ("vllm-tp-dp-exceeds-gpus" if pruned else None)
+    if pruned:
+        assert f"more than the {gpus} GPU(s) here" in v.reason
+
+
+def test_data_parallel_alone_prunes_a_region_whatever_tp_is(tiny_space):
+    """dp 2 on one GPU fails for every tensor_parallel: tune plan can say so before tp is chosen."""
+    knobs = {"tensor_parallel": UNKNOWN, "data_parallel": 2}
+    assert first_violation("vllm", knobs, hardware=H100, space=tiny_space).rule_id == \
+        "vllm-tp-dp-exceeds-gpus"
+    assert first_violation("vllm", {**knobs, "data_parallel": 1}, hardware=H100, space=tiny_space) \
+        is None
 
 
 def test_heads_rule_is_silent_without_a_model_config(a100_space, monkeypatch, tmp_path):

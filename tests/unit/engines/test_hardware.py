@@ -14,6 +14,7 @@ A100_NVML = [{"index": i, "name": "NVIDIA A100-SXM4-80GB", "compute_capability":
 def fake_gpus(monkeypatch):
     def set_gpus(gpus):
         monkeypatch.setattr(fingerprint, "gpus", lambda: gpus)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return set_gpus
 
 
@@ -24,6 +25,28 @@ def test_detect_gpus(fake_gpus):
         ("gpu", "NVIDIA A100-SXM4-80GB", 80, 81920, 2, "550.54.15")
     assert hw.device_key == "sm80" == fingerprint.device_key()  # one key for trials and rules
     assert hw.describe() == "2 × NVIDIA A100-SXM4-80GB (SM 8.0, 80 GiB)"
+
+
+@pytest.mark.parametrize("visible, count", [("0", 1), ("1", 1), ("0,1", 2), ("GPU-3f2a,GPU-9b1c", 2),
+                                            ("", 0), ("0,1,2,3", 2)])
+def test_detect_counts_only_the_visible_gpus(fake_gpus, monkeypatch, visible, count):
+    """NVML lists the host's GPUs whatever CUDA_VISIBLE_DEVICES says; a worker pinned to one GPU
+    (benchmarks/gpu_2gpu_study.sh) must plan for one."""
+    fake_gpus(A100_NVML)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert hardware.detect().count == count
+
+
+def test_a_profile_with_a_gpu_count():
+    two = hardware.profile("h200-141gb-x2")
+    one = hardware.profile("h200-141gb")
+    assert (two.count, one.count) == (2, 1)
+    assert two.name == "h200-141gb" and two.device_key == one.device_key == "sm90"
+    assert two.describe() == "2 × NVIDIA H200 (SM 9.0, 140 GiB)"
+    assert hardware.resolve("a100-sxm-80gb-x8").count == 8
+    for bad in ("cpu-avx2-x2", "h200-141gb-x0", "nope-x2"):
+        with pytest.raises(InputError, match="NAME-xN"):
+            hardware.profile(bad)
 
 
 def test_detect_without_gpu_is_a_cpu_profile(fake_gpus):

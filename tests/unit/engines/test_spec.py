@@ -101,3 +101,15 @@ def test_docs_table_matches_the_engine_yaml():
     assert engines_table.splice(doc) == doc, "docs/engines.md is stale: run benchmarks/engines_table.py"
     for trap in ("fp8_e4m3", "--no-enable-chunked-prefill", "replaces", "422", "free after the weights"):
         assert trap in doc
+
+
+def test_gpus_a_launch_takes():
+    vllm = load_engine("vllm")
+    assert vllm.gpus({}) == 1 and vllm.gpus({"max_num_seqs": 64}) == 1
+    assert vllm.gpus({"tensor_parallel": 2}) == vllm.gpus({"data_parallel": 2}) == 2
+    assert vllm.gpus({"tensor_parallel": 2, "data_parallel": 2}) == 4
+    assert load_engine("sglang").gpus({"tensor_parallel": 2}) == 2
+    assert load_engine("transformers").gpus({}) == 1
+    with pytest.raises(Exception, match="gpus_per_launch names tp"):
+        EngineSpec.model_validate({"name": "x", "display_name": "X", "command": ["x"],
+                                   "gpus_per_launch": ["tp"]})
