@@ -23,7 +23,7 @@ STATE=/tmp/gpu-study
 STUDY=h200-engines
 KITS=/tmp/kits
 export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
-export PYTHONPATH="/tmp/site:$PWD"
+export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
 TUNE=(python3 -m tuner)
 mkdir -p "$OUT" "$STATE" "$KITS"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }

@@ -118,3 +118,45 @@ def test_weight_estimate_of_a_qwen3_14b_config():
     awq = {**config, "quantization_config": {"quant_method": "awq"}}
     assert doctor.weight_bytes(awq) == pytest.approx(doctor.weight_bytes(config) / 4, rel=0.01)
     assert doctor.weight_bytes({"hidden_size": 8}) is None
+
+
+def _folder_space(folder) -> dict:
+    data = _cpu_smoke()
+    vllm = data["engines"]["vllm"]
+    vllm.pop("command")
+    vllm["install"] = str(folder)
+    return data
+
+
+def _record(folder, python, version, package="vllm") -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / ".tuner-engine.json").write_text(
+        f'{{"engine": "vllm", "package": "{package}", "version": "{version}", "python": "{python}", '
+        f'"kit": "x", "installed": "now"}}')
+
+
+@pytest.mark.skipif(bool(fingerprint.gpus()), reason="this host has an NVIDIA GPU")
+def test_engine_folder_check_version_import_and_gpu(vllm_bin, tmp_path):
+    """The folder check runs the folder's own interpreter (here: the vLLM CPU venv's, whose torch
+    is a CPU build): a missing folder, a record that disagrees with what is installed, an engine
+    that does not import, and no GPU visible to the engine's torch each fail with a fix."""
+    python = vllm_bin.parent / "python"
+    folder = tmp_path / "vllm-folder"
+    row = _rows(doctor.run_checks(space_from_dict(_folder_space(folder))), "engine vllm")
+    assert row.status == "fail" and "does not exist" in row.fix and "install.sh --target" in row.fix
+
+    version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    _record(folder, python, "0.0.1")
+    row = _rows(doctor.run_checks(space_from_dict(_folder_space(folder))), "engine vllm")
+    assert row.status == "fail" and "the install record says 0.0.1" in row.detail
+
+    _record(folder, python, version)
+    row = _rows(doctor.run_checks(space_from_dict(_folder_space(folder))), "engine vllm")
+    assert row.status == "fail" and "sees no GPU" in row.detail, row
+    assert f"vllm {version}" in row.detail and "+cpu" in row.detail     # the engine's torch
+
+    (folder / "vllm").mkdir()  # the folder comes first on the engine's path: a broken package
+    (folder / "vllm" / "__init__.py").write_text("raise ImportError('libcudart.so.13: cannot open')\n")
+    row = _rows(doctor.run_checks(space_from_dict(_folder_space(folder))), "engine vllm")
+    assert row.status == "fail" and "import fails: ImportError: libcudart.so.13" in row.detail

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import shutil
+import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +44,26 @@ def fetch(wheel: Wheel, cache: Path) -> Path:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    h = hashlib.sha256()
+    if wheel.url.startswith("file://"):  # a local index or wheel folder that pip was configured with
+        shutil.copyfile(Path(urllib.parse.unquote(urllib.parse.urlparse(wheel.url).path)), part)
+    else:
+        _download(wheel, part)
+    if (digest := sha256_of(part)) != wheel.sha256:
+        part.unlink(missing_ok=True)
+        raise InputError(f"{wheel.filename}: sha256 {digest} does not match the index's {wheel.sha256}")
+    part.replace(dest)
+    return dest
+
+
+def _download(wheel: Wheel, part: Path) -> None:
     try:
         with httpx.stream("GET", wheel.url, follow_redirects=True, timeout=60) as r, part.open("wb") as f:
             r.raise_for_status()
             for chunk in r.iter_bytes(1 << 20):
-                h.update(chunk)
                 f.write(chunk)
     except httpx.HTTPError as e:
         part.unlink(missing_ok=True)
         raise InputError(f"could not download {wheel.filename} from {wheel.url}: {e}") from None
-    if h.hexdigest() != wheel.sha256:
-        part.unlink(missing_ok=True)
-        raise InputError(f"{wheel.filename}: sha256 {h.hexdigest()} does not match the index's {wheel.sha256}")
-    part.replace(dest)
-    return dest
 
 
 def repack(src: Path, dest: Path, trims: list[KitTrim]) -> list[Removed]:

@@ -69,9 +69,11 @@ def _remaining(pgid: int | None, marker_value: str | None,
                leader: subprocess.Popen | None) -> list[psutil.Process]:
     """What is left of the launch: its group's members and every process carrying its marker
     (those that left the group: their own session, or re-parented). Zombies hold nothing."""
-    if leader is not None:
-        leader.poll()  # reap our own child, so it does not linger as a zombie
     found = {p.pid: p for p in group_members(pgid)} if pgid is not None else {}
+    # Our own child is waited for (and so reaped) until it has exited, whatever group it is in.
+    if leader is not None and leader.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found[leader.pid] = psutil.Process(leader.pid)
     if marker_value is not None:
         found.update({p.pid: p for p in marker.carrying(marker_value)})
     return living(list(found.values()))

@@ -13,16 +13,16 @@ from tuner.engines.hardware import profile
 from tuner.estimate import get_estimator
 from tuner.estimate.aiconfigurator import _measured_gemm, _Plan, _Unsupported, engine_modes
 from tuner.space import space_from_dict
-from tuner.tiny_model import SHAPES, qwen3_config
+from tuner.engines.model_config import published_shape
+from tuner.tiny_model import with_local_tokenizer
 
 aic_core = pytest.importorskip("aiconfigurator_core", reason="aiconfigurator-core is not installed: "
                                "pip install 'tuner[estimate]'")
 
 ENGINES = {"vllm": "0.25.1", "sglang": "0.5.17"}
-# Qwen/Qwen3-14B's published config.json: its vocabulary and untied embeddings, not the local
-# tokenizer's 8k (tune model tiny --shape qwen3-14b), which is one large GEMM per token lighter.
-QWEN3_14B = {**qwen3_config(**SHAPES["qwen3-14b"]), "vocab_size": 151936,
-             "tie_word_embeddings": False}
+# Qwen/Qwen3-14B's published config.json (vocabulary 151936, untied embeddings), as
+# `tune model tiny --shape qwen3-14b` writes it.
+QWEN3_14B = with_local_tokenizer(published_shape("Qwen/Qwen3-14B"))
 
 
 @pytest.fixture(scope="module")
