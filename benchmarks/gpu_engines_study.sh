@@ -14,10 +14,11 @@
 #   bash benchmarks/gpu_engines_study.sh poll [S]   # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_engines_study.sh confirm    # stop the search (SIGTERM), tune confirm in the background
 #   bash benchmarks/gpu_engines_study.sh finish     # stop what runs, tune export + logs into $OUT
+#   bash benchmarks/gpu_engines_study.sh refusals   # (GPU idle) capture the engines' real refusal logs
 # A study that does not fit one stay continues on a later machine: `import` (carry .gpu-state/)
 # instead of `start`, then poll/confirm/finish as above (tune import + tune resume).
 set -uo pipefail
-PHASE="${1:?phase: stage|start|import|poll|confirm|finish}"
+PHASE="${1:?phase: stage|start|import|poll|confirm|finish|refusals}"
 OUT="${OUT:-/tmp/out}"
 STATE=/tmp/gpu-study
 STUDY=h200-engines
@@ -95,6 +96,13 @@ finish)
   cp "$STATE"/*.log "$STATE/studies/" 2>/dev/null
   tar -czf "$OUT/logs.tar.gz" -C "$STATE/studies" . 2>/dev/null
   cat "$OUT/status.txt" "$OUT/best.txt"
+  ;;
+refusals)
+  # Real GPU refusals from each engine's own log, for tests/data/logs (out of memory, KV cache too
+  # small for max_seq_len, a quantization the checkpoint lacks); the logs come back in $OUT.
+  python3 -m benchmarks.capture_failure_logs --gpu "${@:2}"
+  tar -czf "$OUT/refusal-logs.tar.gz" tests/data/logs/*-h200-*.log 2>/dev/null
+  gpu_mem
   ;;
 *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac

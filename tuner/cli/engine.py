@@ -46,7 +46,7 @@ def kit(
         return
     for p in result.parts:
         console.print(f"  {p.name}  {p.stat().st_size / 2**20:.1f} MiB", highlight=False)
-    console.print(f"on the host, with the parts beside it: bash {out.name}/install.sh --target DIR", highlight=False)
+    console.print(f"on the host, with the parts beside it: bash {out}/install.sh --target DIR", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
