@@ -232,6 +232,9 @@ class Kit(_Strict):
 
     package: str
     pins: dict[str, str] = {}        # requirement -> why (e.g. "openai<3": ...)
+    # Requirements the engine imports at start-up without declaring them (they reach a full
+    # install only through a package the kit leaves out): requirement -> where it is imported.
+    undeclared: dict[str, str] = {}
     omit: list[KitOmit] = []
     keep_host: dict[str, str] = {}   # distribution -> why the host's version works despite the pin
     trim: list[KitTrim] = []

@@ -85,9 +85,9 @@ def platform_tags(platform: str) -> tuple[str, ...]:
     return (*tags, f"manylinux1_{arch}")
 
 
-def pip_report(python: str, requirement: str, python_version: str, platforms: tuple[str, ...],
+def pip_report(python: str, requirements: list[str], python_version: str, platforms: tuple[str, ...],
                constraints: list[str]) -> dict:
-    """pip's installation report for ``requirement`` on the target host, downloading no wheel."""
+    """pip's installation report for ``requirements`` on the target host, downloading no wheel."""
     with tempfile.TemporaryDirectory(prefix="tuner-kit-") as tmp:
         report, cons = Path(tmp) / "report.json", Path(tmp) / "constraints.txt"
         cons.write_text("".join(c + "\n" for c in constraints))
@@ -96,13 +96,14 @@ def pip_report(python: str, requirement: str, python_version: str, platforms: tu
                 "--implementation", "cp", "--target", str(Path(tmp) / "target"), "-c", str(cons)]
         for tag in platforms:
             argv += ["--platform", tag]
-        proc = subprocess.run([*argv, requirement], capture_output=True, text=True, check=False)
+        proc = subprocess.run([*argv, *requirements], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             text = proc.stdout + proc.stderr
             cause = text[text.find("The conflict is caused by"):] if "The conflict is caused by" in text else ""
             lines = [ln for ln in (cause or proc.stderr).splitlines()
                      if ln.strip() and not ln.startswith(("WARNING: Location", "To fix", "1.", "2."))]
-            raise InputError(f"pip could not resolve {requirement} for the host:\n" + "\n".join(lines[:15]))
+            raise InputError(f"pip could not resolve {' '.join(requirements)} for the host:\n"
+                             + "\n".join(lines[:15]))
         return json.loads(report.read_text())
 
 
@@ -123,12 +124,13 @@ def _marker_true(marker: Marker, env: dict[str, str], extra: str) -> bool:
     return marker.evaluate({**env, "extra": extra})
 
 
-def _graph(report: dict, root: Requirement) -> tuple[dict[str, dict], dict[str, list[Requirement]]]:
+def _graph(report: dict, root: Requirement, also: dict[str, str]) -> tuple[dict[str, dict], dict[str, list[Requirement]]]:
     """Items by canonical name, and each one's live requirements (extras propagated to a fixpoint)."""
     items = {canonicalize_name(i["metadata"]["name"]): i for i in report["install"]}
     env = report["environment"]
     extras: dict[str, set[str]] = {n: set() for n in items}
-    extras[canonicalize_name(root.name)] |= root.extras
+    for r in [root, *map(Requirement, also)]:
+        extras[canonicalize_name(r.name)] |= r.extras
     while True:
         edges = {n: _requires(items[n], extras[n], env) for n in items}
         grown = False
@@ -142,8 +144,8 @@ def _graph(report: dict, root: Requirement) -> tuple[dict[str, dict], dict[str, 
             return items, edges
 
 
-def _reachable(root: str, edges: dict[str, list[Requirement]], stop: set[str]) -> set[str]:
-    seen, stack = set(), [root]
+def _reachable(roots: list[str], edges: dict[str, list[Requirement]], stop: set[str]) -> set[str]:
+    seen, stack = set(), list(roots)
     while stack:
         name = stack.pop()
         if name in seen or name not in edges:
@@ -178,12 +180,15 @@ def resolve(kit: Kit, requirement: str, host: dict[str, str], *, python: str, py
     except InvalidRequirement as e:
         raise InputError(f"engine requirement {requirement!r} is not a requirement (e.g. vllm==0.25.1): {e}") from None
     root = canonicalize_name(req.name)
+    extra_roots = [canonicalize_name(Requirement(r).name) for r in kit.undeclared]
     pins = list(kit.pins)
     omitted = {canonicalize_name(n): o.why for o in kit.omit for n in o.names}
     keep = {canonicalize_name(n): why for n, why in kit.keep_host.items()}
+    undeclared = {canonicalize_name(Requirement(r).name): why for r, why in kit.undeclared.items()}
 
-    free = pip_report(python, requirement, python_version, platforms, pins)
-    items, edges = _graph(free, req)
+    roots = [requirement, *kit.undeclared]
+    free = pip_report(python, roots, python_version, platforms, pins)
+    items, edges = _graph(free, req, kit.undeclared)
     dependants: dict[str, list[tuple[str, Requirement]]] = {}   # what the kit's own wheels need
     pinned_by_all: dict[str, list[tuple[str, Requirement]]] = {}  # and what pip resolves besides
     for parent, reqs in edges.items():
@@ -191,7 +196,7 @@ def resolve(kit: Kit, requirement: str, host: dict[str, str], *, python: str, py
             pinned_by_all.setdefault(canonicalize_name(r.name), []).append((parent, r))
             if parent not in omitted and parent not in keep:  # left out, or the host's own copy
                 dependants.setdefault(canonicalize_name(r.name), []).append((parent, r))
-    needed = _reachable(root, edges, stop={*omitted, *keep})
+    needed = _reachable([root, *extra_roots], edges, stop={*omitted, *keep})
     unusable = {n: why for n in needed if n in host and n not in keep
                 and (why := _usable(host[n], dependants.get(n, [])))}
     # Held at the host's version: what the kit needs, unless a left-out package's pin (which pip
@@ -200,11 +205,11 @@ def resolve(kit: Kit, requirement: str, host: dict[str, str], *, python: str, py
                           if n in needed and n not in unusable and n not in keep and n not in omitted
                           and _usable(v, pinned_by_all.get(n, [])) is None]
 
-    fixed = pip_report(python, requirement, python_version, platforms, constraints)
-    items, edges = _graph(fixed, req)
+    fixed = pip_report(python, roots, python_version, platforms, constraints)
+    items, edges = _graph(fixed, req, kit.undeclared)
     wheels: list[Wheel] = []
     left: dict[str, LeftOut] = {}
-    seen, stack = set(), [root]
+    seen, stack = set(), [root, *extra_roots]
     while stack:
         name = stack.pop()
         if name in seen:
@@ -223,6 +228,7 @@ def resolve(kit: Kit, requirement: str, host: dict[str, str], *, python: str, py
             continue
         info = item["download_info"]
         why = (f"the host's {host[name]} is unusable: {unusable[name]}" if name in unusable
+               else f"imported undeclared: {undeclared[name]}" if name in undeclared
                else "not on the host")
         wheels.append(Wheel(item["metadata"]["name"], version, info["url"].rsplit("/", 1)[-1],
                             info["url"], info["archive_info"]["hashes"]["sha256"], why))

@@ -109,10 +109,13 @@ def kill_group(pgid: int | None, grace_s: float = 10.0, leader: subprocess.Popen
     Raises ProcessesSurvived, naming them, when something outlives SIGKILL."""
     _signal(pgid, _remaining(None, marker_value, None), signal.SIGTERM)
     left = _wait_gone(pgid, marker_value, grace_s, leader)
-    if not left:
-        return
-    _signal(pgid, left, signal.SIGKILL)
-    left = _wait_gone(pgid, marker_value, _KILL_WAIT_S, leader)
+    if left:
+        _signal(pgid, left, signal.SIGKILL)
+        left = _wait_gone(pgid, marker_value, _KILL_WAIT_S, leader)
+    if not left and leader is not None:
+        # Dead by now (a zombie at most): reap it, so its exit status is there for the caller.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            leader.wait(timeout=_KILL_WAIT_S)
     if left:
         raise ProcessesSurvived(
             "these processes outlived SIGKILL (stuck in the kernel, e.g. in a GPU driver call) "
