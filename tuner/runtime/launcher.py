@@ -19,6 +19,7 @@ import httpx
 from tuner.configs.translate import LaunchPlan
 from tuner.engines.failures import Failure, classify_exit, startup_timeout
 from tuner.engines.runtimes import with_runtime_failures
+from tuner.engines.installed import folder_launch, read_record
 from tuner.engines.spec import EngineSpec, load_engine
 from tuner.errors import InputError
 from tuner.paths import expand
@@ -64,6 +65,11 @@ def check_launchable(engine: str, choice: EngineChoice) -> None:
     or, in a container, the runtime or the image is (the message says to pull it)."""
     if choice.container is not None:
         container.inspect_image(choice.container.runtime, choice.container.image)
+    elif choice.install is not None:
+        folder = Path(expand(choice.install))
+        read_record(folder)  # a folder that no kit installed fails here, with the install command
+        check_command(expand(choice.command[0]) if choice.command
+                      else folder_launch(load_engine(engine), folder).command[0])
     else:
         check_command(expand((choice.command or load_engine(engine).command)[0]))
 
