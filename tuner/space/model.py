@@ -330,6 +330,31 @@ class Quality(_Strict):
         return names + (["lm_eval"] if self.lm_eval else [])
 
 
+def _check_shared_knobs(engines: dict[str, EngineChoice]) -> None:
+    """Optuna keeps one distribution per parameter name for the whole study: a knob that two
+    engines search must be the same kind (int, float, choice), and a choice knob must offer the
+    same choices, or the study fails at the first trial of the second engine (found on the H200:
+    vLLM's max_num_tokens up to 32768 beside SGLang's up to 16384)."""
+    first: dict[str, tuple[str, tuple, str]] = {}
+    for engine, choice in engines.items():
+        for pname, p in choice.params.items():
+            kind = "float" if p.type == "float" else "int" if p.type == "int" else "choice"
+            choices = tuple(map(repr, p.choices)) if p.type == "categorical" else ()
+            if pname not in first:
+                first[pname] = (kind, choices, engine)
+                continue
+            kind0, choices0, engine0 = first[pname]
+            if kind != kind0:
+                article = {"int": "an", "float": "a", "choice": "a"}
+                raise ValueError(f"{engine}.{pname} is {article[kind]} {kind} knob but {engine0}.{pname} is "
+                                 f"{article[kind0]} {kind0} knob: a knob that several engines search must be of one kind")
+            if choices != choices0:
+                raise ValueError(f"{engine}.{pname} choices {[*p.choices]} differ from {engine0}.{pname}'s: "
+                                 f"a knob that several engines search takes one set of choices (Optuna "
+                                 f"keeps one distribution per name); use the union, and a rule or "
+                                 f"`when:` for what one engine cannot take")
+
+
 class Space(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
@@ -370,6 +395,7 @@ class Space(_Strict):
                         raise ValueError(
                             f"{name}.{pname}: condition on {cond!r}, which is not an earlier param")
                 seen.append(pname)
+        _check_shared_knobs(self.engines)
         for b in self.baselines:
             if b.engine not in self.engines:
                 raise ValueError(f"baseline {b.name!r} uses engine {b.engine!r}, not in engines")

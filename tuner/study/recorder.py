@@ -208,7 +208,7 @@ class TrialRecorder:
                             "engine_image": outcome.image, "model_revision": self.model_rev},
             schema.ENGINE_VERSION: outcome.engine_version,
             schema.TIMINGS: {k: round(v, 2) for k, v in outcome.timings.items()},
-            schema.GPU_MEMORY_AFTER: outcome.gpu_memory_after_mib,
+            schema.GPU_MEMORY_AFTER: outcome.gpu_memory_after,
             schema.FEASIBLE: outcome.ok,
             schema.CLIENT_SATURATED: outcome.client_saturated,
         }

@@ -29,7 +29,7 @@ from tuner.space import Scalar, Space, Workload
 from tuner.trial import lm_eval
 from tuner.trial.load_search import describe, find_max_load
 from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
-from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use
+from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use, gpu_memory_released
 
 Phase = Callable[[str], None]
 
@@ -54,9 +54,10 @@ class TrialOutcome:
     quality: dict | None = None          # the quality record (schema.QUALITY)
     quality_answers: list[dict] = field(default_factory=list)  # the probe's answers, per prompt
     quality_path: Path | None = None
-    # GPU memory still in use right after the teardown (NVML, MiB, per GPU index): an engine that
-    # left memory held would make every later trial fail out of memory.
-    gpu_memory_after_mib: dict[str, float] | None = None
+    # GPU memory before the launch and once the teardown's processes are gone (NVML, MiB per GPU
+    # index; telemetry.gpu_memory_released): an engine that left memory held would make every
+    # later trial fail out of memory.
+    gpu_memory_after: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -124,6 +125,7 @@ def run_trial(
         Path(config_path).write_text(plan.config_file)
     log_path = trial_dir / "server.log"
     outcome = TrialOutcome(plan=plan, log_path=log_path)
+    gpu_before = gpu_memory_in_use()
     t0 = time.monotonic()
     on_phase("launching")
     try:
@@ -202,7 +204,7 @@ def run_trial(
         t_down = time.monotonic()
         server.stop()
         outcome.timings["teardown_s"] = time.monotonic() - t_down
-        outcome.gpu_memory_after_mib = gpu_memory_in_use()
+        outcome.gpu_memory_after = gpu_memory_released(gpu_before)
         outcome.timings["total_s"] = time.monotonic() - t0
 
 

@@ -224,6 +224,23 @@ def gpu_memory_in_use() -> dict[str, float] | None:
         nvml.close()
 
 
+def gpu_memory_released(before: dict[str, float] | None, timeout_s: float = 15.0,
+                        slack_mib: float = 64.0) -> dict | None:
+    """After a teardown: poll until every GPU is back within ``slack_mib`` of what it held before
+    the launch, at most ``timeout_s`` (the driver frees an exited process's memory a moment after
+    the exit). What is still held then is what a leaked process would hold."""
+    if before is None:
+        return None
+    start = time.monotonic()
+    while True:
+        now = gpu_memory_in_use() or {}
+        held = {i: round(now.get(i, 0.0) - before.get(i, 0.0), 1) for i in now}
+        if all(v <= slack_mib for v in held.values()) or time.monotonic() - start >= timeout_s:
+            return {"before_mib": before, "after_mib": now, "held_mib": held,
+                    "released_after_s": round(time.monotonic() - start, 2)}
+        time.sleep(0.5)
+
+
 class TelemetrySampler:
     """Samples the GPUs, the engine's process group and its metrics around a benchmark.
 
