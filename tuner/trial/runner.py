@@ -16,6 +16,7 @@ from tuner.bench import BenchConfig, run_benchmark
 from tuner.configs.container import unique_name
 from tuner.configs.translate import LaunchPlan, build_plan
 from tuner.engines.failures import NOT_THE_CONFIG, Failure, classify_exit
+from tuner.engines.installed import read_record
 from tuner.engines.spec import load_engine
 from tuner.errors import HarnessError
 from tuner.files import write_atomic
@@ -151,7 +152,11 @@ def run_trial(
                 raise HarnessError(f"{why}: {f.evidence}") from exc
             outcome.failure = f
             return outcome
-        outcome.engine_version = engine_version(spec.version_pattern, server.log_text())
+        # From the log where the engine prints it (vLLM), else from an installed folder's record
+        # (SGLang logs none).
+        outcome.engine_version = (engine_version(spec.version_pattern, server.log_text())
+                                  or (read_record(Path(expand(choice.install))).version
+                                      if choice.install else None))
         outcome.image = server.image.describe() if server.image else None
         t_bench = time.monotonic()
         primary_errors: list[str] = []
