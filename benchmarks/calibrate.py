@@ -1,0 +1,98 @@
+"""The performance model against measurements: for each measured config of a study, the prediction
+the tuner's estimator makes for it, and per engine the bias (geometric mean of measured/predicted),
+the spread sigma of log(measured/predicted) and Spearman's rho between the two.
+
+Predictions run here, on the CPU machine (aiconfigurator-core is not carried to the GPU host); the
+space is the one stored in the study, its model a local folder with the same config.json (the
+script writes the published shape there when it is missing).
+
+    .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz --gpu h200-141gb \\
+        --out benchmarks/data/reality-gap-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+from pathlib import Path
+
+from tuner.configs.predict import objective_value, predict
+from tuner.engines.hardware import profile
+from tuner.estimate import get_estimator
+from tuner.record import schema
+from tuner.record.transfer import import_study
+from tuner.study import lifecycle
+from tuner.study.prior import spearman
+
+
+def measured_configs(handle: lifecycle.StudyHandle) -> list[dict]:
+    """Launched, measured trials: engine, the knobs it was launched with, the objective value."""
+    rows = []
+    for t in handle.study.trials:
+        if t.state.name != "COMPLETE" or not t.user_attrs.get(schema.FEASIBLE) or t.value is None:
+            continue
+        if schema.REUSED_FROM in t.user_attrs:
+            continue
+        knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
+        rows.append({"trial": t.number, "arm": t.user_attrs.get(schema.ARM, "search"),
+                     "engine": t.params.get("engine") or next(iter(handle.space.engines)),
+                     "knobs": knobs, "measured": float(t.value)})
+    return rows
+
+
+def gap(rows: list[dict]) -> dict:
+    """Per engine: n, bias, sigma and rho over the configs that got a prediction."""
+    out = {}
+    for engine in sorted({r["engine"] for r in rows}):
+        have = [r for r in rows if r["engine"] == engine and r["predicted"]]
+        logs = [math.log(r["measured"] / r["predicted"]) for r in have]
+        out[engine] = {
+            "n": len(have),
+            "bias": math.exp(statistics.fmean(logs)) if logs else None,
+            "sigma_log": statistics.stdev(logs) if len(logs) > 1 else None,
+            "spearman_rho": (spearman([r["predicted"] for r in have], [r["measured"] for r in have])
+                             if len(have) > 2 else None),
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("archive", type=Path, help="a `tune export` archive")
+    ap.add_argument("--gpu", required=True, help="the hardware profile the study ran on (e.g. h200-141gb)")
+    ap.add_argument("--estimator", default="aiconfigurator")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        name, url = import_study(args.archive, lambda n: f"sqlite:///{tmp}/{n}.db")
+        handle = lifecycle.load(name, url)
+        model = Path(handle.space.model.resolved_path())
+        if not (model / "config.json").exists():
+            from tuner import tiny_model
+            from tuner.engines.model_config import published_shape
+            tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
+        estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
+        rows = measured_configs(handle)
+        for r in rows:
+            est = predict(estimator, handle.space, r["engine"], r["knobs"], hardware)
+            r["predicted"] = objective_value(est, handle.space.objective.metric)
+            r["unsupported"] = est.unsupported
+            r["notes"] = list(est.notes)
+    doc = {"study": name, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows)}
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print("| trial | arm | engine | knobs | measured | predicted | measured/predicted |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = f"{r['measured'] / r['predicted']:.3f}" if r["predicted"] else r["unsupported"]
+        knobs = ", ".join(f"{k}={v}" for k, v in r["knobs"].items()) or "(defaults)"
+        pred = f"{r['predicted']:,.0f}" if r["predicted"] else "-"
+        print(f"| {r['trial']} | {r['arm']} | {r['engine']} | {knobs} | {r['measured']:,.0f} | {pred} | {ratio} |")
+    for engine, g in doc["gap"].items():
+        print(f"{engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} rho={g['spearman_rho']}")
+
+
+if __name__ == "__main__":
+    main()
