@@ -16,7 +16,8 @@
 #
 # Prepare here:
 #   scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --extras serving --minimal --out .whl
-#   The vLLM 0.25.1 kit (being built by another engineer; a placeholder until then): $KIT/install.sh
+#   The vLLM 0.25.1 kit (tune engine kit vllm==0.25.1 --trim --split 50M, staged to /tmp/kits as in
+#   benchmarks/gpu_engines_study.sh): $KIT/install.sh
 #   --target DIR installs the engine's wheels into DIR (DIR/bin/vllm), as gpu-engines.md describes.
 # Usage there:  bash benchmarks/gpu_2gpu_study.sh single|pair|confirm|all [n_trials]   (repo root)
 set -uo pipefail
@@ -43,12 +44,12 @@ echo "NCCL and multicast settings:"; env | grep -E '^(NCCL_|TORCH_SYMM_MEM_|NVSH
 
 python3 -m pip install -q --no-index --find-links .whl --require-hashes --no-deps --no-compile \
   --no-cache-dir --upgrade --target /tmp/site -r .whl/manifest.txt || exit 1
-export PYTHONPATH="/tmp/site:$PWD"
+export PYTHONPATH="$PWD:/tmp/site"
 export TUNER_CACHE=/tmp/tcache TUNER_STUDIES_DIR=/tmp/studies PYTHONUNBUFFERED=1
 export VLLM_CACHE_ROOT=/tmp/vllm-cache   # one torch.compile cache for every trial's launch
 TUNE=(python3 -m tuner)
 STUDIES=$TUNER_STUDIES_DIR; LOGS="$STUDIES/logs"; mkdir -p "$LOGS"
-ENGINE="$TUNER_CACHE/engines/vllm-0.25.1"   # where the space's command and PYTHONPATH point
+ENGINE="$TUNER_CACHE/engines/vllm-0.25.1"   # the folder the space names as install:
 stamp "tuner installed"
 
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
