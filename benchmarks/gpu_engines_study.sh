@@ -7,6 +7,9 @@
 #   tune engine kit vllm==0.25.1  --trim --split 50M --out .kits/vllm-0.25.1
 #   tune engine kit sglang==0.5.17 --trim --split 50M --out .kits/sglang-0.5.17
 #   scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --minimal --out .whl
+#   tune model tiny ~/.cache/tuner/models/qwen3-14b-shape --shape qwen3-14b --no-weights
+#   tune plan --space h200-engines --gpu h200-141gb --samples 0 --save-prior .gpu-state/h200-engines-prior.json
+#   (the prior's predictions: the host has no aiconfigurator; carry .gpu-state with the start call)
 # A device call carries at most 64 MiB, so the parts travel one per call; each `stage` call copies
 # what it carried to /tmp/kits there (kept while the machine stays warm). Then, in order:
 #   bash benchmarks/gpu_engines_study.sh stage      # once per carried part (carry: .kits/<kit>/<part>)
@@ -58,6 +61,7 @@ start|import)
     cmd=(resume "$STUDY")
   else
     cmd=(start --space "$STUDY" --study "$STUDY")
+    [ -f ".gpu-state/$STUDY-prior.json" ] && cmd+=(--prior-file ".gpu-state/$STUDY-prior.json")
   fi
   stamp "study: tune ${cmd[*]}"
   setsid "${TUNE[@]}" "${cmd[@]}" > "$STATE/study.log" 2>&1 < /dev/null &

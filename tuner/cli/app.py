@@ -171,6 +171,9 @@ def start(
     warm_start: Optional[str] = typer.Option(None, "--warm-start", help="Earlier studies to learn from "
                                              "(comma-separated names; NAME@URL for another storage): their "
                                              "best configs run first and their measurements steer the search."),
+    prior_file: Optional[Path] = typer.Option(None, "--prior-file", help="The space's model predictions, saved "
+                                              "where the model is installed (`tune plan --save-prior FILE`): "
+                                              "used instead of asking the model here."),
 ) -> None:
     """Start a new study on SPACE and run it."""
     sp = overridden(load_space(space), engine_image, engine_command)
@@ -178,7 +181,7 @@ def start(
     name = study or _resolve_study_name(sp.name, storage)
     url = _url(storage, name)
     handle = study_mod.create(sp, name, url, join=study is not None,
-                              warm_start=_warm_start_studies(warm_start))
+                              warm_start=_warm_start_studies(warm_start), prior_file=prior_file)
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
     _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -16,6 +17,7 @@ from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
 from tuner.errors import InputError
 from tuner.estimate import Estimate, get_estimator
+from tuner.study.knowledge import save_predictions
 from tuner.record.schema import QUALITY_REFERENCE_ARM
 from tuner.space import (
     QUALITY_METRICS,
@@ -182,6 +184,9 @@ def register(app: typer.Typer) -> None:
                                       "performance model (the space's prior: estimator, else "
                                       "aiconfigurator; pip install 'tuner[estimate]'), and show the "
                                       "predicted best configs per engine."),
+        save_prior: Optional[Path] = typer.Option(
+            None, "--save-prior", help="Also write the predictions the space's prior: would make at study "
+            "start (for --gpu) to this file, for `tune start --prior-file` on a host without the model."),
     ) -> None:
         """Show the space, what is pruned on this hardware and why, and the exact launch commands."""
         console = Console(width=None if sys.stdout.isatty() else 160)
@@ -195,3 +200,11 @@ def register(app: typer.Typer) -> None:
             console.print(f"[yellow]warning[/] {escape(problem)} [dim](not here; planning for {gpu} "
                           "anyway)[/]", highlight=False, soft_wrap=True)
         render(report, console)
+        if save_prior is not None:
+            if sp.prior is None:
+                raise InputError(f"--save-prior: space {sp.name!r} has no prior: section (estimator, gpu, candidates)")
+            if gpu is not None:
+                sp = sp.model_copy(update={"prior": sp.prior.model_copy(update={"gpu": gpu})})
+            found = save_predictions(sp, save_prior, seed=sp.seed or 0)
+            console.print(f"saved {len(found.predictions)} predictions to {save_prior}; on the GPU host: "
+                          f"tune start --space {sp.name} --prior-file {save_prior.name}", highlight=False)

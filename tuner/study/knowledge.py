@@ -10,9 +10,11 @@ top pick runs as a control arm (``model-pick``), so `tune best` can say how far 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -22,6 +24,7 @@ from tuner.configs.predict import objective_value, predict
 from tuner.configs.rules import check
 from tuner.engines.hardware import Hardware, detect, profile
 from tuner.errors import InputError
+from tuner.files import read_text, write_atomic
 from tuner.estimate import get_estimator
 from tuner.record import schema
 from tuner.space import ENGINE_PARAM, Space
@@ -109,6 +112,45 @@ def model_predictions(space: Space, *, seed: int = 0) -> Knowledge:
               "pruned_by_rules": pruned,
               "unsupported": dict(sorted(unsupported.items(), key=lambda kv: -kv[1])[:10])}
     return Knowledge(predictions, [source], best[0] if best and prior.model_pick else None)
+
+
+PREDICTIONS_FORMAT = "tuner-predictions/1"
+
+
+def save_predictions(space: Space, path: Path, *, seed: int = 0) -> Knowledge:
+    """The space's model predictions, written to a file: made where the performance model is
+    installed (a CPU machine), used where the GPU is (``tune start --prior-file``), which need not
+    carry the model's package at all."""
+    found = model_predictions(space, seed=seed)
+    if not found.predictions:
+        raise InputError(f"space {space.name!r}: the model predicted no config (see `tune plan --estimate`), "
+                         "nothing to save")
+    doc = {"format": PREDICTIONS_FORMAT, "space": space.name, "metric": space.objective.metric,
+           "engines": sorted(space.engines), **found.to_attr()}
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    return found
+
+
+def carried_predictions(space: Space, path: Path) -> Knowledge:
+    """Predictions saved by ``save_predictions`` for this space, checked against it: another space,
+    objective or engine set is refused rather than steering the search with numbers for other configs."""
+    where = f"--prior-file {path}"
+    try:
+        doc = json.loads(read_text(path, "predictions file"))
+    except ValueError as e:
+        raise InputError(f"{where}: not a predictions file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != PREDICTIONS_FORMAT:
+        raise InputError(f"{where}: not a predictions file (write one with `tune plan --space "
+                         f"{space.name} --gpu GPU --save-prior FILE`)")
+    for key, here in (("space", space.name), ("metric", space.objective.metric),
+                      ("engines", sorted(space.engines))):
+        if doc.get(key) != here:
+            raise InputError(f"{where}: made for {key} {doc.get(key)!r}, this study's is {here!r}: "
+                             "save the predictions again for this space")
+    found = Knowledge.from_attr(doc)
+    for source in found.sources:
+        source["carried_from"] = str(path)
+    return found
 
 
 def warm_start(space: Space, sources: Sequence[tuple[str, optuna.Study]], *,

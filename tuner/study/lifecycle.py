@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -85,7 +86,8 @@ def _check_commands(space: Space) -> None:
 
 def create(space: Space, name: str, url: str, *, join: bool = False,
            linked_from: str | None = None,
-           warm_start: Sequence[tuple[str, optuna.Study]] = (), warm_top_k: int = 3) -> StudyHandle:
+           warm_start: Sequence[tuple[str, optuna.Study]] = (), warm_top_k: int = 3,
+           prior_file: Path | None = None) -> StudyHandle:
     """A new study, or with ``join`` the same-space study other workers already run.
 
     Creation is atomic in the database, so when several workers start at once exactly one creates
@@ -99,8 +101,9 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
             raise InputError(f"study {name!r} already exists in {url}; continue it with "
                              f"`tune resume {name}` or pick another --study name")
         return _join(space, name, url)
-    found = merge(model_predictions(space, seed=space.seed or 0),
-                  knowledge.warm_start(space, warm_start, fingerprint_here=fingerprint()))
+    model = (knowledge.carried_predictions(space, prior_file) if prior_file is not None
+             else model_predictions(space, seed=space.seed or 0))
+    found = merge(model, knowledge.warm_start(space, warm_start, fingerprint_here=fingerprint()))
     storage = open_storage(url, create=True)
     try:
         study = _create_optuna_study(space, storage, name)
