@@ -20,8 +20,16 @@
 # (--no-deps: the host's own packages are the rest; the resolution here already checked they fit).
 #
 # It needs a Python of the target version to resolve with ($PYTHON, python3.12 on PATH, or pyenv's).
+#
+# An engine's own wheelhouse (vLLM, SGLang: resolved against the host's packages, in parts, with its
+# install script) is `tune engine kit`; `scripts/wheelhouse.sh --engine vllm==0.25.1 [its options]`
+# runs that (docs/engines.md#offline-gpu-hosts-engine-kits-and-installed-folders).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--engine" ]; then
+  shift
+  exec "${TUNE:-.venv/bin/tune}" engine kit "$@"
+fi
 
 usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 VERSION="" PLATFORM="" OUT="" EXTRAS="" MINIMAL=0 DRY=0
