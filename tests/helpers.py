@@ -318,3 +318,28 @@ def seeded_weights_copy(model: Path, python: Path, dest: Path) -> Path:
     subprocess.run([str(python), "-c", _SAVE_WEIGHTS, str(path)], check=True, capture_output=True,
                    timeout=300)
     return path
+
+
+def install_wheel(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """This checkout built as a wheel and installed (not editable) into a fresh venv whose
+    dependencies come from the test venv: returns (wheel, the venv's python, its site folder)."""
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                    "-w", str(dist), str(REPO)], check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("tuner-*.whl"))
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    return wheel, python, target
+
+
+def wheel_env(**extra: str) -> dict[str, str]:
+    """The installed wheel's environment: the dependencies from the test venv's site-packages,
+    tuner itself only from the wheel (the editable install's .pth is not read from PYTHONPATH)."""
+    import sysconfig
+
+    return {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"], **extra}
