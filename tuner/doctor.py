@@ -20,7 +20,7 @@ from typing import Literal
 import httpx
 
 from tuner import downloads, fingerprint
-from tuner.engines.installed import read_record
+from tuner.engines.installed import folder_launch, read_record
 from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import load_engine
 from tuner.errors import InputError
@@ -189,16 +189,14 @@ print(json.dumps(out))
 def _probe_folder(name: str, folder: Path) -> _EngineProbe:
     """An engine installed into a folder: its install record, its version as installed, that it
     imports under the interpreter it was installed for, and that this interpreter's torch sees a
-    GPU (what the engine would see: the same environment, CUDA_VISIBLE_DEVICES included)."""
+    GPU, in the environment a launch from the folder gets (``folder_launch``: its PYTHONPATH,
+    CUDA_HOME, ... and this process's CUDA_VISIBLE_DEVICES)."""
     check = f"engine {name}"
     try:
         rec = read_record(folder)
+        env = {**os.environ, **folder_launch(load_engine(name), folder).env}
     except InputError as exc:
         return _EngineProbe(Row(check, "fail", f"folder {folder}", str(exc)), True)
-    if rec.engine != name:
-        return _EngineProbe(Row(check, "fail", f"{folder} holds {rec.engine} {rec.version}",
-                                f"install the {name} kit into a folder of its own"), True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
     try:
         proc = subprocess.run([rec.python, "-c", _FOLDER_PROBE, rec.package], check=False, capture_output=True,
                               text=True, timeout=_FOLDER_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)

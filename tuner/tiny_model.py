@@ -67,7 +67,6 @@ def qwen3_config(
     }
 
 
-# Published shapes of the Qwen3 family (config.json of each), with the local tokenizer's vocabulary.
 def with_local_tokenizer(published: dict) -> dict:
     """A published config.json with the local tokenizer's special tokens (its vocabulary is far
     smaller than the model's, so the published ids would name tokens it never produces); the
@@ -77,6 +76,7 @@ def with_local_tokenizer(published: dict) -> dict:
     cfg.update(bos_token_id=0, eos_token_id=2, pad_token_id=0, max_window_layers=cfg["num_hidden_layers"])
     cfg.pop("quantization_config", None)
     return cfg
+
 
 def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bfloat16") -> None:
     """Random weights for a built model folder, so engines that cannot use ``--load-format dummy``

@@ -58,8 +58,9 @@ def write_plan(out: Path, engine: str, res: Resolution) -> None:
 
 
 def build(out: Path, engine: str, kit: Kit, res: Resolution, *, cache: Path, split: int | None,
-          trim: bool, stored: bool = True) -> list[Path]:
-    """Download, verify, optionally trim, pack and split; returns the parts in order."""
+          trim: bool) -> list[Path]:
+    """Download, verify, repack uncompressed (optionally trimmed), pack and split; returns the
+    parts in order."""
     out.mkdir(parents=True, exist_ok=True)
     stale = [p for p in out.iterdir() if p.name.startswith(f"{_kit_name(res)}.part")]
     for p in stale:
@@ -71,10 +72,7 @@ def build(out: Path, engine: str, kit: Kit, res: Resolution, *, cache: Path, spl
         for w in res.wheels:
             src = fetch(w, cache)
             dest = wheels / w.filename
-            trims = trims_for(w, kit.trim) if trim else []
-            removed = repack(src, dest, trims) if (stored or trims) else []
-            if not dest.exists():
-                shutil.copyfile(src, dest)
+            removed = repack(src, dest, trims_for(w, kit.trim) if trim else [])
             carried.append(Carried(w.name, w.version, w.filename, sha256_of(dest), dest.stat().st_size,
                                    w.sha256, w.why, tuple(removed)))
         manifest = _manifest([(c.name, c.version, c.filename, c.sha256, c.why) for c in carried])

@@ -18,8 +18,8 @@ import httpx
 
 from tuner.configs.translate import LaunchPlan
 from tuner.engines.failures import Failure, classify_exit, startup_timeout
-from tuner.engines.runtimes import with_runtime_failures
 from tuner.engines.installed import folder_launch, read_record
+from tuner.engines.runtimes import with_runtime_failures
 from tuner.engines.spec import EngineSpec, load_engine
 from tuner.errors import InputError
 from tuner.paths import expand

@@ -22,8 +22,8 @@ from tuner.errors import HarnessError
 from tuner.files import write_atomic
 from tuner.fingerprint import engine_version
 from tuner.paths import expand
-from tuner.runtime import marker
 from tuner.record.per_gpu import per_gpu
+from tuner.runtime import marker
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
 from tuner.space import Scalar, Space, Workload
