@@ -9,11 +9,14 @@ Run: .venv/bin/python benchmarks/capture_failure_logs.py                       (
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 from tuner.configs.translate import build_plan
+from tuner.engines import installed
 from tuner.engines.spec import load_engine
+from tuner.paths import expand
 from tuner.runtime import launcher, procgroup
 from tuner.space import load_space
 
@@ -27,17 +30,21 @@ CPU_CASES = {
     # AMX"); on others it starts, and no log is kept.
     "unsupported-hardware-fp8-kv": {"kv_cache_dtype": "fp8"},
 }
-# On one H200 with the Qwen3-14B shape (28 GiB of BF16 weights): a memory fraction below the
-# weights, one that leaves too little KV cache for the model's 40960-token context, and a
-# quantization whose config a BF16 checkpoint does not have.
+# On one H200 with the Qwen3-14B shape (27.5 GiB of BF16 weights, 160 KiB of KV cache per token:
+# 6.25 GiB for the model's 40960-token context): a GPU another process already holds (the engine's
+# memory fraction is not free at startup), a memory fraction that leaves less KV cache than one
+# 40960-token sequence needs (CUDA graphs off: the refusal comes before them, and the launch skips
+# torch.compile), and a quantization whose config the BF16 checkpoint does not have. ``_hold_gib``:
+# GiB a helper process of this script holds on the GPU while the engine starts.
 GPU_CASES = {
     "vllm": {
-        "out-of-memory": {"gpu_memory_utilization": 0.1},
-        "kv-cache-too-small": {"gpu_memory_utilization": 0.22, "max_seq_len": 40960},
+        "out-of-memory-gpu-held": {"_hold_gib": 100},
+        "kv-cache-too-small": {"gpu_memory_utilization": 0.24, "max_seq_len": 40960,
+                               "cuda_graphs": False},
         "unsupported-quantization-awq": {"quantization": "awq"},
     },
     "sglang": {
-        "out-of-memory": {"gpu_memory_utilization": 0.1},
+        "out-of-memory-gpu-held": {"_hold_gib": 100},
         "unsupported-quantization-awq": {"quantization": "awq"},
     },
 }
@@ -53,9 +60,11 @@ def capture(space_name: str, engine: str, cases: dict[str, dict], prefix: str, n
     for name in names or list(cases):
         if name not in cases:
             continue
-        plan = build_plan(spec, space.engines[engine], space.model, cases[name], port=procgroup.free_port())
+        knobs = {k: v for k, v in cases[name].items() if not k.startswith("_")}
+        plan = build_plan(spec, space.engines[engine], space.model, knobs, port=procgroup.free_port())
         log = Path(f"/tmp/tuner-capture-{engine}-{name}.log")
         log.unlink(missing_ok=True)
+        holder = hold_gpu_memory(cases[name]["_hold_gib"]) if "_hold_gib" in cases[name] else None
         server = launcher.start(plan, spec, log)
         try:
             launcher.wait_ready(server, START_S)
@@ -65,14 +74,34 @@ def capture(space_name: str, engine: str, cases: dict[str, dict], prefix: str, n
             print(f"{engine} {name}: {exc.failure.failure_class}: {exc.failure.evidence[:200]}", flush=True)
         finally:
             server.stop()
+            if holder is not None:
+                procgroup.kill_group(holder.pid, leader=holder)
         lines = log.read_text(errors="replace").splitlines()
         (OUT / f"{prefix}-{name}.log").write_text("\n".join(lines[-KEEP_LINES:]) + "\n")
 
 
+def hold_gpu_memory(gib: int) -> subprocess.Popen:
+    """A process of this script's own that holds ``gib`` GiB on GPU 0 (as another user's job would)
+    until it is killed; returns once the memory is taken."""
+    code = ("import sys, time, torch; x = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, "
+            "device='cuda'); print('held', flush=True); time.sleep(3600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(gib)], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    if proc.stdout is None or proc.stdout.readline().strip() != "held":
+        procgroup.kill_group(proc.pid, leader=proc)
+        raise RuntimeError(f"could not hold {gib} GiB on the GPU")
+    return proc
+
+
 def main(args: list[str]) -> None:
     if args[:1] == ["--gpu"]:
-        capture("h200-vllm", "vllm", GPU_CASES["vllm"], "vllm-0.25.1-h200", args[1:])
-        capture("h200-sglang", "sglang", GPU_CASES["sglang"], "sglang-0.5.17-h200", args[1:])
+        for space_name, engine, prefix in (("h200-vllm", "vllm", "vllm-0.25.1-h200"),
+                                           ("h200-sglang", "sglang", "sglang-0.5.17-h200")):
+            folder = Path(expand(load_space(space_name).engines[engine].install or ""))
+            if not (folder / installed.RECORD).is_file():
+                print(f"{engine}: not installed at {folder}; its cases are skipped", flush=True)
+                continue
+            capture(space_name, engine, GPU_CASES[engine], prefix, args[1:])
     else:
         capture("cpu-smoke", "vllm", CPU_CASES, "vllm-0.32.0-cpu", args)
 

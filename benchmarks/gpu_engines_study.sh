@@ -1,34 +1,37 @@
 #!/usr/bin/env bash
-# The cross-engine study on the lent H200 (no network, no docker, torch 2.11.0 preinstalled):
-# vLLM 0.25.1 and SGLang 0.5.17 installed from their kits, `tune start --space h200-engines` with
-# NVML telemetry, `tune confirm`, `tune export`. Results: docs/results/h200-engines.md.
+# A study on the lent H200 (no network, no docker, torch 2.11.0 preinstalled): vLLM 0.25.1 and/or
+# SGLang 0.5.17 installed from their kits, `tune start --space $STUDY` with NVML telemetry, the
+# engines' real refusals, `tune confirm`, `tune export`. STUDY is a space name: h200-engines (both
+# engines, the default), h200-vllm or h200-sglang. Results: docs/results/h200-engines.md.
 #
 # Prepare here (a connected machine), once:
 #   tune engine kit vllm==0.25.1  --trim --split 50M --out .kits/vllm-0.25.1
 #   tune engine kit sglang==0.5.17 --trim --split 50M --out .kits/sglang-0.5.17
 #   scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --minimal --out .whl
 #   tune model tiny ~/.cache/tuner/models/qwen3-14b-shape --shape qwen3-14b --no-weights
-#   tune plan --space h200-engines --gpu h200-141gb --samples 0 --save-prior .gpu-state/h200-engines-prior.json
-#   (the prior's predictions: the host has no aiconfigurator; carry .gpu-state with the start call)
-# A device call carries at most 64 MiB, so the parts travel one per call; each `stage` call copies
-# what it carried to /tmp/kits there (kept while the machine stays warm). Then, in order:
-#   bash benchmarks/gpu_engines_study.sh stage      # once per carried part (carry: .kits/<kit>/<part>)
-#   bash benchmarks/gpu_engines_study.sh start      # install, model, doctor; the study in the background
+#   tune plan --space $STUDY --gpu h200-141gb --samples 0 --save-prior .gpu-state/$STUDY-prior.json
+#   (the prior's predictions: the host has no aiconfigurator; .gpu-state/ travels in the tree's carry)
+# A device call carries at most 64 MiB, so the kit parts travel one per call, each `stage` call
+# copying what it carried to /tmp/kits there (kept while the machine stays warm); only the kits
+# staged are installed, so a vLLM-only stay (STUDY=h200-vllm) needs 2 calls, both engines 4.
+#   bash benchmarks/gpu_engines_study.sh stage      # once per carried part (carry: .kits/<kit>/<part>, ...)
+#   bash benchmarks/gpu_engines_study.sh stay [N]   # install, model, doctor; then in the background:
+#                                                   # search N launches, refusals, confirm, export
 #   bash benchmarks/gpu_engines_study.sh poll [S]   # wait up to S seconds (default 540), show progress
-#   bash benchmarks/gpu_engines_study.sh confirm    # stop the search (SIGTERM), tune confirm in the background
-#   bash benchmarks/gpu_engines_study.sh finish     # stop what runs, tune export + logs into $OUT
-#   bash benchmarks/gpu_engines_study.sh refusals   # (GPU idle) capture the engines' real refusal logs
-# A study that does not fit one stay continues on a later machine: `import` (carry .gpu-state/)
-# instead of `start`, then poll/confirm/finish as above (tune import + tune resume).
+#   bash benchmarks/gpu_engines_study.sh finish     # stop what runs (SIGTERM), tune export + logs into $OUT
+# The phases `stay` chains can also run one by one: start (or import), confirm, refusals.
+# A study that does not fit one stay continues on a later machine: `import` (carry .gpu-state/
+# with the exported $STUDY.tar.gz) instead of `start` (tune import + tune resume).
 set -uo pipefail
-PHASE="${1:?phase: stage|start|import|poll|confirm|finish|refusals}"
+PHASE="${1:?phase: stage|stay|start|import|poll|confirm|finish|refusals}"
 OUT="${OUT:-/tmp/out}"
 STATE=/tmp/gpu-study
-STUDY=h200-engines
+STUDY="${STUDY:-h200-engines}"
 KITS=/tmp/kits
 export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
 TUNE=(python3 -m tuner)
+SELF="$(realpath "$0")"
 mkdir -p "$OUT" "$STATE" "$KITS"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 gpu_mem() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
@@ -50,7 +53,7 @@ start|import)
   python3 -m pip install -q --no-index --find-links "$KITS/whl" --require-hashes --no-deps \
     --no-compile --no-cache-dir --upgrade --target /tmp/site -r "$KITS/whl/manifest.txt" || exit 1
   for kit in vllm-0.25.1 sglang-0.5.17; do
-    [ -d "$TUNER_CACHE/engines/$kit" ] && continue
+    [ -d "$TUNER_CACHE/engines/$kit" ] || [ ! -f "$KITS/$kit/install.sh" ] && continue
     stamp "installing $kit"
     bash "$KITS/$kit/install.sh" --target "$TUNER_CACHE/engines/$kit" || exit 1
   done
@@ -63,15 +66,35 @@ start|import)
     cmd=(start --space "$STUDY" --study "$STUDY")
     [ -f ".gpu-state/$STUDY-prior.json" ] && cmd+=(--prior-file ".gpu-state/$STUDY-prior.json")
   fi
+  [ -n "${2:-}" ] && cmd+=(-n "$2")
+  echo "${cmd[*]}" > "$STATE/study.cmd"
+  if [ "$PHASE" = start ] && [ -n "${STAY:-}" ]; then exit 0; fi   # `stay` runs it itself
   stamp "study: tune ${cmd[*]}"
   setsid "${TUNE[@]}" "${cmd[@]}" > "$STATE/study.log" 2>&1 < /dev/null &
   echo $! > "$STATE/study.pid"
   sleep 20; tail -n 5 "$STATE/study.log"
   ;;
+stay)
+  # One stay's work after the installs, in the background in a session of its own (`finish` stops
+  # it with SIGTERM): the search, the engines' refusals on the idle GPU, tune confirm (the top
+  # config and the defaults, interleaved), the export. Each step is stamped in $STATE/stay.log.
+  STAY=1 bash "$SELF" start "${2:-}" || exit 1
+  read -r -a cmd < "$STATE/study.cmd"
+  setsid bash -c '
+    stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
+    stamp "search: tune $1"; python3 -m tuner $1
+    stamp "refusals"; python3 -m benchmarks.capture_failure_logs --gpu
+    stamp "confirm"; python3 -m tuner confirm "$2" --top-k 1 --repeats "$3"
+    stamp "export"; python3 -m tuner export "$2" "$4/$2.tar.gz"
+    stamp "stay done"' stay "${cmd[*]}" "$STUDY" "${REPEATS:-2}" "$STATE" \
+    > "$STATE/stay.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/study.pid"
+  sleep 30; tail -n 5 "$STATE/stay.log"
+  ;;
 poll)
   pid=$(cat "$STATE/study.pid" 2>/dev/null)
   for _ in $(seq 1 $(( ${2:-540} / 10 ))); do kill -0 "$pid" 2>/dev/null || break; sleep 10; done
-  tail -n 15 "$STATE/study.log"
+  tail -n 15 "$STATE/stay.log" "$STATE/study.log" 2>/dev/null | tail -n 20
   "${TUNE[@]}" status "$STUDY" | tail -n 25
   gpu_mem
   ;;
@@ -89,8 +112,8 @@ confirm)
 finish)
   pid=$(cat "$STATE/study.pid" 2>/dev/null)
   if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -TERM -- "-$pid"   # its session: the stay's shell and the tune it runs (engines have their own)
+    for _ in $(seq 1 60); do pgrep -g "$pid" > /dev/null || break; sleep 1; done
     stamp "stopped the running phase"
   fi
   gpu_mem | tee "$OUT/gpu-memory-after.txt"
@@ -98,6 +121,7 @@ finish)
   "${TUNE[@]}" best "$STUDY" > "$OUT/best.txt" 2>&1
   "${TUNE[@]}" export "$STUDY" "$OUT/$STUDY.tar.gz"
   cp "$STATE"/*.log "$STATE/studies/" 2>/dev/null
+  tar -czf "$OUT/refusal-logs.tar.gz" tests/data/logs/*-h200-*.log 2>/dev/null
   tar -czf "$OUT/logs.tar.gz" -C "$STATE/studies" . 2>/dev/null
   cat "$OUT/status.txt" "$OUT/best.txt"
   ;;

@@ -18,7 +18,6 @@ from tuner.engines.spec import load_engine
 from tuner.errors import InputError
 from tuner.estimate import Estimate, get_estimator
 from tuner.study.knowledge import save_predictions
-from tuner.record.schema import QUALITY_REFERENCE_ARM
 from tuner.space import (
     QUALITY_METRICS,
     Param,
@@ -26,6 +25,7 @@ from tuner.space import (
     Space,
     load_space,
     model_path_problems,
+    reference_baseline,
     reference_precision,
 )
 
@@ -127,7 +127,7 @@ def _render_quality(s: Space, console: Console) -> None:
     precision = reference_precision(s)
     no_logprobs = [e for e in s.engines if not load_engine(e).quality_probe.logprobs]
     console.print(
-        f"[bold]quality[/] reference arm {QUALITY_REFERENCE_ARM} ({precision['engine']}, dtype "
+        f"[bold]quality[/] reference arm {reference_baseline(s).name} ({precision['engine']}, dtype "
         f"{precision['dtype']}, quantization {precision['quantization']}, KV cache "
         f"{precision['kv_cache_dtype']}) runs first; other precisions answer {q.prompts} prompts x "
         f"{q.max_tokens} tokens greedy after their benchmark; bounds: {bounds or 'none (recorded only)'}"

@@ -116,10 +116,13 @@ def _draw(p: Param, rng: np.random.Generator) -> Scalar:
     return round(min(max(x, low), high), 10)
 
 def reference_baseline(space: Space) -> Baseline | None:
-    """The quality guardrail's reference arm: the space's first engine with the reference's knob
-    values and the fixed knobs, everything else at the engine's defaults (as a baseline)."""
+    """The quality guardrail's reference arm: the baseline ``quality.reference_arm`` names, or else
+    the space's first engine with the reference's knob values and the fixed knobs, everything else
+    at the engine's defaults (as a baseline)."""
     if space.quality is None:
         return None
+    if space.quality.reference_arm is not None:
+        return next(b for b in space.baselines if b.name == space.quality.reference_arm)
     engine, choice = next(iter(space.engines.items()))
     params = {**choice.fixed, **{k: v for k, v in space.quality.reference.items()
                                  if k in choice.params or k in choice.fixed}}
@@ -130,7 +133,7 @@ def arms(space: Space) -> list[Baseline]:
     """Every control arm in launch order: the quality reference first (the probe of every later
     trial compares with its answers), then the space's baselines."""
     reference = reference_baseline(space)
-    return ([reference] if reference else []) + list(space.baselines)
+    return ([reference] if reference else []) + [b for b in space.baselines if b is not reference]
 
 
 def config_precision(space: Space, engine: str, knobs: dict[str, Scalar]) -> dict[str, str]:

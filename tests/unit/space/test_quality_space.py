@@ -56,6 +56,10 @@ def test_the_h200_quality_space_plans_quantization_against_bf16():
                                          "has no knob 'no_such_knob'"),
     ({"max_token_mismatch": 1.5}, "quality.max_token_mismatch: Input should be less than or equal to 1"),
     ({"max_tokens": 8, "min_first_divergence": 9}, "min_first_divergence (9) is more than max_tokens (8)"),
+    ({"reference_arm": "defaults"}, "quality.reference_arm 'defaults' is not a baseline of this space "
+                                    "(baselines: reference-repeat, bf16-fast)"),
+    ({"reference_arm": "bf16-fast", "reference": {"dtype": "float32"}},
+     "set reference (knob values of a reference arm of its own) or reference_arm"),
 ])
 def test_bad_quality_sections_are_errors_naming_the_key(tmp_path, quality, message):
     with pytest.raises(InputError, match="quality") as exc:
@@ -78,3 +82,10 @@ def test_a_logprob_bound_on_engines_without_logprobs_is_an_error_with_the_source
 def test_the_reference_arm_name_is_reserved(tmp_path):
     with pytest.raises(InputError, match="'quality-reference' is the quality guardrail's own arm"):
         space_with(tmp_path, {}, baselines=[{"name": "quality-reference", "engine": "vllm"}])
+
+
+def test_a_baseline_named_as_the_reference_arm_runs_first_and_no_other_reference_arm_runs(tmp_path):
+    s = space_with(tmp_path, {"reference_arm": "bf16-fast"})
+    assert [b.name for b in arms(s)] == ["bf16-fast", "reference-repeat"]
+    assert reference_precision(s) == {"engine": "vllm", "dtype": "bfloat16", "quantization": "none",
+                                      "kv_cache_dtype": "bfloat16"}

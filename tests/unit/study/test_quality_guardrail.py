@@ -154,3 +154,15 @@ def test_a_refused_config_violates_every_quality_bound(tmp_path):
     recorder.refused_values(trial)
     assert handle.study._storage.get_trial(trial._trial_id).constraints == {
         "engine_start": 1.0, "quality:token_mismatch": 1.0, "quality:lm_eval": 1.0}
+
+
+def test_a_baseline_as_the_reference_records_the_answers_and_saves_the_reference_launch(tmp_path):
+    study, executor, _ = run(tmp_path, {"reference_arm": "reference-repeat", "max_token_mismatch": 0.05},
+                             n_trials=2)
+    assert [t.user_attrs[schema.ARM] for t in study.trials] == ["reference-repeat", "bf16-fast"]
+    assert executor.roles == {0: "reference", 1: "candidate"}
+    assert study.user_attrs[schema.QUALITY_REFERENCE]["trial"] == 0
+    fast = by_arm(study)["bf16-fast"]
+    assert fast.user_attrs[schema.QUALITY]["metrics"]["token_mismatch"] == 0.125
+    assert schema.status(fast) == "quality-failed"
+    assert schema.status(by_arm(study)["reference-repeat"]) == "ok"
