@@ -9,6 +9,7 @@ Run: .venv/bin/python benchmarks/capture_failure_logs.py                       (
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,11 @@ GPU_CASES = {
         "unsupported-quantization-awq": {"quantization": "awq"},
     },
 }
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
+# Where the logs go: the tests' folder here; on the GPU host a folder outside the checkout
+# (TUNER_CAPTURE_DIR), since the device tool replaces the checkout at each call and a log written
+# into it would be gone before `finish` collects it (lost that way in the first H200 capture).
+OUT = Path(os.environ.get("TUNER_CAPTURE_DIR")
+           or Path(__file__).resolve().parent.parent / "tests" / "data" / "logs")
 KEEP_LINES = 60
 START_S = 300
 

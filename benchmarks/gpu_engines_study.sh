@@ -29,6 +29,8 @@ STATE=/tmp/gpu-study
 STUDY="${STUDY:-h200-engines}"
 KITS=/tmp/kits
 export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
+# Outside the checkout: each device call replaces the checkout, so files written into it are lost.
+export TUNER_CAPTURE_DIR="$STATE/refusal-logs"
 export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
 TUNE=(python3 -m tuner)
 SELF="$(realpath "$0")"
@@ -121,7 +123,7 @@ finish)
   "${TUNE[@]}" best "$STUDY" > "$OUT/best.txt" 2>&1
   "${TUNE[@]}" export "$STUDY" "$OUT/$STUDY.tar.gz"
   cp "$STATE"/*.log "$STATE/studies/" 2>/dev/null
-  tar -czf "$OUT/refusal-logs.tar.gz" tests/data/logs/*-h200-*.log 2>/dev/null
+  [ -d "$TUNER_CAPTURE_DIR" ] && tar -czf "$OUT/refusal-logs.tar.gz" -C "$TUNER_CAPTURE_DIR" .
   tar -czf "$OUT/logs.tar.gz" -C "$STATE/studies" . 2>/dev/null
   cat "$OUT/status.txt" "$OUT/best.txt"
   ;;
@@ -129,7 +131,7 @@ refusals)
   # Real GPU refusals from each engine's own log, for tests/data/logs (out of memory, KV cache too
   # small for max_seq_len, a quantization the checkpoint lacks); the logs come back in $OUT.
   python3 -m benchmarks.capture_failure_logs --gpu "${@:2}"
-  tar -czf "$OUT/refusal-logs.tar.gz" tests/data/logs/*-h200-*.log 2>/dev/null
+  tar -czf "$OUT/refusal-logs.tar.gz" -C "$TUNER_CAPTURE_DIR" .
   gpu_mem
   ;;
 *) echo "unknown phase $PHASE" >&2; exit 2 ;;
