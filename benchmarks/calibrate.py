@@ -6,8 +6,11 @@ Predictions run here, on the CPU machine (aiconfigurator-core is not carried to 
 space is the one stored in the study, its model a local folder with the same config.json (the
 script writes the published shape there when it is missing).
 
-    .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz --gpu h200-141gb \\
-        --out benchmarks/data/reality-gap-h200.json
+Repeats of one config (``tune confirm``) are one row, measured as their median: sigma is the spread
+between configs, not between launches.
+
+    .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz \\
+        docs/results/h200-vllm.tar.gz --gpu h200-141gb --out benchmarks/data/reality-gap-h200.json
 """
 
 from __future__ import annotations
@@ -29,18 +32,24 @@ from tuner.study.prior import spearman
 
 
 def measured_configs(handle: lifecycle.StudyHandle) -> list[dict]:
-    """Launched, measured trials: engine, the knobs it was launched with, the objective value."""
-    rows = []
+    """Launched, measured configs: engine, the knobs it was launched with, the objective value of
+    each launch (trials in launch order) and their median."""
+    rows: dict[tuple, dict] = {}
     for t in handle.study.trials:
         if t.state.name != "COMPLETE" or not t.user_attrs.get(schema.FEASIBLE) or t.value is None:
             continue
         if schema.REUSED_FROM in t.user_attrs:
             continue
         knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
-        rows.append({"trial": t.number, "arm": t.user_attrs.get(schema.ARM, "search"),
-                     "engine": t.params.get("engine") or next(iter(handle.space.engines)),
-                     "knobs": knobs, "measured": float(t.value)})
-    return rows
+        engine = t.params.get("engine") or next(iter(handle.space.engines))
+        row = rows.setdefault((engine, json.dumps(knobs, sort_keys=True)), {
+            "study": handle.name, "trials": [], "arm": t.user_attrs.get(schema.ARM, "search"),
+            "engine": engine, "knobs": knobs, "runs": []})
+        row["trials"].append(t.number)
+        row["runs"].append(float(t.value))
+    for row in rows.values():
+        row["measured"] = statistics.median(row["runs"])
+    return list(rows.values())
 
 
 def gap(rows: list[dict]) -> dict:
@@ -61,35 +70,39 @@ def gap(rows: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("archive", type=Path, help="a `tune export` archive")
+    ap.add_argument("archives", type=Path, nargs="+", help="`tune export` archives")
     ap.add_argument("--gpu", required=True, help="the hardware profile the study ran on (e.g. h200-141gb)")
     ap.add_argument("--estimator", default="aiconfigurator")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        name, url = import_study(args.archive, lambda n: f"sqlite:///{tmp}/{n}.db")
-        handle = lifecycle.load(name, url)
-        model = Path(handle.space.model.resolved_path())
-        if not (model / "config.json").exists():
-            from tuner import tiny_model
-            from tuner.engines.model_config import published_shape
-            tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
-        estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
-        rows = measured_configs(handle)
-        for r in rows:
-            est = predict(estimator, handle.space, r["engine"], r["knobs"], hardware)
-            r["predicted"] = objective_value(est, handle.space.objective.metric)
-            r["unsupported"] = est.unsupported
-            r["notes"] = list(est.notes)
-    doc = {"study": name, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows)}
+    estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
+    rows, names = [], []
+    for archive in args.archives:
+        with tempfile.TemporaryDirectory() as tmp:
+            name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
+            handle = lifecycle.load(name, url)
+            names.append(name)
+            model = Path(handle.space.model.resolved_path())
+            if not (model / "config.json").exists():
+                from tuner import tiny_model
+                from tuner.engines.model_config import published_shape
+                tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
+            for r in measured_configs(handle):
+                est = predict(estimator, handle.space, r["engine"], r["knobs"], hardware)
+                r["predicted"] = objective_value(est, handle.space.objective.metric)
+                r["unsupported"] = est.unsupported
+                r["notes"] = list(est.notes)
+                rows.append(r)
+    doc = {"studies": names, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows)}
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print("| trial | arm | engine | knobs | measured | predicted | measured/predicted |")
-    print("|---|---|---|---|---|---|---|")
+    print("| study | trials | arm | engine | knobs | measured (median) | predicted | measured/predicted |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['measured'] / r['predicted']:.3f}" if r["predicted"] else r["unsupported"]
         knobs = ", ".join(f"{k}={v}" for k, v in r["knobs"].items()) or "(defaults)"
         pred = f"{r['predicted']:,.0f}" if r["predicted"] else "-"
-        print(f"| {r['trial']} | {r['arm']} | {r['engine']} | {knobs} | {r['measured']:,.0f} | {pred} | {ratio} |")
+        trials = ", ".join(map(str, r["trials"]))
+        print(f"| {r['study']} | {trials} | {r['arm']} | {r['engine']} | {knobs} | {r['measured']:,.0f} | {pred} | {ratio} |")
     for engine, g in doc["gap"].items():
         print(f"{engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} rho={g['spearman_rho']}")
 
