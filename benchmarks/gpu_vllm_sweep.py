@@ -138,7 +138,7 @@ def make_plan(space_name: str, axes_given: list[str], *, num_runs: int, port: in
             "engine_version": read_record(folder).version, "folder": str(folder),
             "serve_cmd": base.argv, "bench_cmd": bench, "env": base.env, "port": port,
             "num_runs": num_runs, "ready_timeout_s": int(choice.startup_timeout_s or 300),
-            "axes": axes, "configs": configs,
+            "axes": axes, "fixed": dict(choice.fixed), "configs": configs,
             "planned": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -265,12 +265,15 @@ def convert(state: Path) -> dict:
                     aborted.append({"params": c["knobs"], "started": started,
                                     "seconds": round(_end_of(life, invocations) - life.begin, 3)})
         if launches:
-            points.append({"params": c["knobs"], "sweep": c["sweep"], "launches": launches})
+            points.append({"params": c["knobs"], "sweep": c["sweep"],
+                           "launched_with": {**plan["fixed"], **c["knobs"]}, "launches": launches})
     wall = sum(i["end"] - i["start"] for i in invocations)
     return {
         "meta": {"what": "vllm bench sweep serve (vLLM's own tuner) over a grid of the h200-vllm space on one "
                          "H200, read back by benchmarks/gpu_vllm_sweep.py convert",
-                 "engine": "vllm", "engine_version": plan["engine_version"], "space": plan["space"],
+                 "engine": "vllm", "engine_version": plan["engine_version"], "gpu": "h200-141gb",
+                 "launch_space": plan["space"], "model_shape": "Qwen3-14B",
+                 "space": replay_space_doc(plan),
                  "objective": metric, "direction": plan["direction"], "workload": plan["workload"],
                  "axes": plan["axes"], "num_runs": plan["num_runs"],
                  "serve_cmd": plan["serve_cmd"], "bench_cmd": plan["bench_cmd"],
@@ -283,6 +286,25 @@ def convert(state: Path) -> dict:
                  "refused": [{"config": r["config"], "error": r["error"][-12:]} for r in refused],
                  "aborted_launches": aborted, "planned": plan["planned"]},
         "knobs": knobs, "points": points}
+
+
+def replay_space_doc(plan: dict) -> dict:
+    """The space the replay runs on this grid: the launch space with its vLLM params replaced by
+    the grid's axes (categorical, each at the space's default), the others left to the engine's
+    defaults as the sweep leaves them; no defaults baseline unless the defaults are on the axes,
+    and the default prior settings (h200-vllm has no prior: section)."""
+    from tuner.space import load_space
+
+    raw = load_space(plan["space"]).model_dump(mode="json", exclude_none=True)
+    vllm = raw["engines"]["vllm"]
+    defaults = {k: p.get("default") for k, p in vllm["params"].items()}
+    vllm["params"] = {k: {"type": "categorical", "choices": v,
+                          "default": defaults[k] if defaults.get(k) in v else v[0]}
+                      for k, v in plan["axes"].items()}
+    if not all(defaults.get(k) in v for k, v in plan["axes"].items()):
+        raw["baselines"] = []
+    raw.update(name=f"{plan['space']}-grid", prior={"estimator": "aiconfigurator", "gpu": "h200-141gb"})
+    return raw
 
 
 def _end_of(life: Life, invocations: list[dict]) -> float:

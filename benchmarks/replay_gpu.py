@@ -286,9 +286,11 @@ def replay_space(land: Landscape, checkpoints: dict[str, str]) -> Space:
 # ---- one replayed study ------------------------------------------------------------------------
 
 def replay(space: Space, grid: Grid, strategy: str, seed: int, *, n_trials: int = N_TRIALS,
-           knowledge: Knowledge | None = None, hardware_gpu: str) -> Run:
-    """One study as ``tune start`` makes and runs it, answered from ``grid``."""
-    sampler, prior, multi_fidelity = STRATEGIES[strategy]
+           knowledge: Knowledge | None = None, hardware_gpu: str,
+           table: dict[str, tuple[str, str | None, bool]] = STRATEGIES) -> Run:
+    """One study as ``tune start`` makes and runs it, answered from ``grid``; ``table`` says what
+    the strategy is (benchmarks/replay_measured.py has its own)."""
+    sampler, prior, multi_fidelity = table[strategy]
     update: dict[str, Any] = {
         "sampler": sampler, "seed": seed, "fidelity": space.fidelity if multi_fidelity else None,
         "budget": space.budget.model_copy(update={"n_trials": n_trials, "timeout_s": None})}
@@ -422,7 +424,8 @@ def launches_to_reach(run: Run, score: float) -> int | None:
     return None
 
 
-def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None) -> dict[str, dict]:
+def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None,
+              budgets: tuple[int, ...] = BUDGETS) -> dict[str, dict]:
     out = {}
     for name, rs in runs.items():
         reach = [r.reach() for r in rs]
@@ -438,7 +441,7 @@ def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None) -> dict[str,
             "final_mean": statistics.fmean(r.final for r in rs),
             "final_min": min(r.final for r in rs),
             "at_launches": {str(b): _mean_sd([r.score_at_launches(b) for r in rs])
-                            for b in BUDGETS},
+                            for b in budgets},
             "rule_pruned_share": _share(rs, "rule-pruned"),
             "refused_share": _share(rs, "infeasible"),
             "screened_out_share": _share(rs, "screened-out"),
