@@ -3,7 +3,7 @@
 # installed vLLM 0.25.1 folder over a grid of the h200-vllm space (benchmarks/gpu_vllm_sweep.py),
 # resumable across stays, and the client-fidelity check (tune's client and `vllm bench serve`
 # alternated on one server). Commands, carry lists and device time: docs/vs-vllm-sweep.md
-# ("GPU (H200): how it runs").
+# ("GPU (H200): how it will run").
 #
 # Prepare here, once (as for gpu_engines_study.sh): the vLLM kit and the tuner's wheelhouse
 #   tune engine kit vllm==0.25.1 --trim --split 50M --out .kits/vllm-0.25.1
