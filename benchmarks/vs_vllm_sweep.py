@@ -18,21 +18,21 @@ Per tool: wall-clock to its recommendation, engine launches, engine-seconds, ref
 launched, the config it recommends, and its best-so-far against wall-clock. Writes the data as
 JSON (after every phase, so --resume can skip finished phases) and a plot.
 
-    .venv/bin/python benchmarks/vs_vllm_sweep.py --small     # 16 configs, ~1 h on 2 loaded cores
-    .venv/bin/python benchmarks/vs_vllm_sweep.py             # the 64-config grid of issue 18
+    PYTHONPATH=. .venv/bin/python benchmarks/vs_vllm_sweep.py --small   # 16 configs, ~1 h on 2 loaded cores
+    PYTHONPATH=. .venv/bin/python benchmarks/vs_vllm_sweep.py           # the 64-config grid of issue 18
 
 The peer needs vLLM's `bench` extra (pandas for its summary.csv, matplotlib and seaborn for its
 plots), which the engine venv does not have: it is installed once with the engine venv's pip into
 its own folder (<cache>/engines/vllm-bench-extras) and put on the peer's PYTHONPATH only, so the
 engine venv itself is untouched. The plot is drawn by that interpreter too.
 
-Only the standard library is imported at module level: `--replot` runs under the engine venv.
+Only the standard library (and benchmarks/sweep_peer.py, which the GPU head-to-head shares) is
+imported at module level: `--replot` runs under the engine venv, with the repo on its path.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime as dt
 import itertools
 import json
@@ -47,6 +47,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.sweep_peer import config_flags, follow, lives, read_sweep, server_lives, stop_tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -98,19 +100,6 @@ def refused_by_vllm(config: dict) -> bool:
 def workload(num_prompts: int, input_len: int, output_len: int, seed: int = 0) -> dict:
     return {"dataset": "random", "random_input_len": input_len, "random_output_len": output_len,
             "num_prompts": num_prompts, "request_rate": "inf", "seed": seed}
-
-
-def config_flags(config: dict | None) -> list[str]:
-    """`vllm serve` flags for a config (None: the engine defaults, no knob flags), spelled as the
-    sweep spells them (ParameterSweepItem.apply_to_cmd)."""
-    flags: list[str] = []
-    for key, value in (config or {}).items():
-        name = key.replace("_", "-")
-        if isinstance(value, bool):
-            flags.append(f"--{name}" if value else f"--no-{name}")
-        else:
-            flags += [f"--{name}", str(value)]
-    return flags
 
 
 def serve_argv(port: int, config: dict | None = None) -> list[str]:
@@ -207,101 +196,25 @@ def run_sweep(configs: list[dict], wl: dict, work: Path, *, name: str, num_runs:
     if not resume and experiment.exists():
         shutil.rmtree(experiment)
     log_path = work / f"{name}{'-resume' if resume else ''}.log"
-    events: list[tuple[float, str]] = []
-    launched: list[dict] = []  # each server's overrides and argv, as the sweep printed them
-    commands: list[list[str]] = []
     t0 = time.time()
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=engine_env(extras), start_new_session=True)
         try:
-            for line in proc.stdout:
-                now = time.time() - t0
-                log.write(f"{now:9.2f} {line}")
-                log.flush()
-                if line.startswith(("[BEGIN SERVER]", "[END SERVER]", "[FAILED SERVER COMBINATION]")):
-                    events.append((round(now, 2), line.strip()))
-                elif line.startswith("Server overrides: "):
-                    launched.append(ast.literal_eval(line.split(": ", 1)[1].strip()))
-                elif line.startswith("Server command: "):
-                    commands.append(ast.literal_eval(line.split(": ", 1)[1].strip()))
+            lines = follow(proc, log, t0)
             proc.wait(timeout=timeout_s)
         except BaseException:
             stop_tree(proc)
             raise
     wall = time.time() - t0
-    out = read_sweep(experiment, t0, list(configs[0]) if configs else [])
+    found = lives(lines)
+    out = read_sweep(experiment, t0, list(configs[0]) if configs else [], METRIC)
     out.update(argv=argv, exit_code=proc.returncode, wall_s=round(wall, 2), log=str(log_path),
-               port=port, launched_configs=launched, server_commands=commands,
+               port=port, launched_configs=[life.config for life in found],
+               server_commands=[life.command for life in found],
                log_tail=log_path.read_text().splitlines()[-6:])
-    out.update(server_lives(events, round(wall, 2)))
+    out.update(server_lives(found, round(wall, 2)))
     return out
-
-
-def stop_tree(proc: subprocess.Popen) -> None:
-    """Kill the sweep and the servers it started in their own sessions. Not by SIGINT: a process
-    started in the background of a shell inherits SIGINT ignored, and so would the sweep."""
-    import psutil
-
-    try:
-        groups = {os.getpgid(c.pid) for c in psutil.Process(proc.pid).children(recursive=True)}
-    except (psutil.Error, ProcessLookupError):
-        groups = set()
-    for pgid in groups | {proc.pid}:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
-def server_lives(events: list[tuple[float, str]], end_s: float) -> dict:
-    """Launches and engine-seconds from the sweep's own markers. A server still up when the sweep
-    exited (an aborted sweep) lived until then."""
-    lives = []
-    start = None
-    for t, line in events:
-        if line.startswith("[BEGIN SERVER]"):
-            start = t
-        elif start is not None and line.startswith(("[END SERVER]", "[FAILED SERVER COMBINATION]")):
-            lives.append({"seconds": round(t - start, 2), "refused": line.startswith("[FAILED")})
-            start = None
-    if start is not None:
-        lives.append({"seconds": round(end_s - start, 2), "refused": None, "aborted_sweep": True})
-    return {"launches": len(lives), "engine_s": round(sum(x["seconds"] for x in lives), 1),
-            "server_lives": lives}
-
-
-def read_sweep(experiment: Path, t0: float, keys: list[str]) -> dict:
-    """The sweep's results as it wrote them: one summary.json (the list of its runs) per config
-    that finished, one SERVE-...-failure.json per config whose server did not come up, one
-    run=N.failure.json per failed benchmark run."""
-    results = []
-    for summary in sorted(experiment.glob("*/summary.json")):
-        runs = json.loads(summary.read_text())
-        if not runs:
-            continue
-        values = [r[METRIC] for r in runs]
-        results.append({"config": {k: runs[0][k] for k in keys if k in runs[0]},
-                        "values": values, "mean": statistics.fmean(values),
-                        "completed": [r.get("completed") for r in runs],
-                        "done_at_s": round(summary.stat().st_mtime - t0, 2)})
-    refused = []
-    for failure in sorted(experiment.glob("SERVE-*-failure.json")):
-        doc = json.loads(failure.read_text())
-        refused.append({"config": doc["serve_overrides"], "error": doc["error"],
-                        "at_s": round(failure.stat().st_mtime - t0, 2)})
-    run_failures = [json.loads(p.read_text()) for p in sorted(experiment.glob("*/*.failure.json"))]
-    best = max(results, key=lambda r: r["mean"]) if results else None
-    timeline, top = [], None
-    for r in sorted(results, key=lambda r: r["done_at_s"]):
-        if top is None or r["mean"] > top:
-            top = r["mean"]
-            timeline.append([r["done_at_s"], top])
-    return {"results": results, "refused": refused, "run_failures": run_failures,
-            "summary_csv": (experiment / "summary.csv").exists(),
-            "recommendation": best["config"] if best else None,
-            "recommended_value": best["mean"] if best else None, "timeline": timeline}
 
 
 def abort_probe(configs: list[dict], wl: dict, work: Path) -> dict:
@@ -549,8 +462,10 @@ def plot(data: dict, png: Path) -> None:
 def draw(data_path: Path, png: Path) -> None:
     """Plot with the engine venv's interpreter and the bench extra (matplotlib)."""
     extras = ensure_peer_extras()
+    env = engine_env(extras)
+    env["PYTHONPATH"] = os.pathsep.join([str(extras), str(REPO)])  # benchmarks.sweep_peer
     subprocess.run([str(ENGINE_PYTHON), __file__, "--replot", str(data_path), "--plot", str(png)],
-                   check=True, env=engine_env(extras))
+                   check=True, env=env)
 
 
 # ---- tables -----------------------------------------------------------------------------------------

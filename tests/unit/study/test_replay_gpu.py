@@ -44,8 +44,8 @@ def test_the_subset_is_a_whole_small_space(land):
 
 
 def test_truth_is_the_estimate_at_sigma_zero_and_drifts_with_sigma(land):
-    exact = rg.build_grid(land, 0.0, seed=3)
-    off = rg.build_grid(land, 0.5, seed=3)
+    exact = rg.build_grid(land, rg.Gap(sigma=0.0), seed=3)
+    off = rg.build_grid(land, rg.Gap(sigma=0.5), seed=3)
     ok = np.flatnonzero(land.ok)
     ratio0 = [exact.points[i].true_value / land.estimate[i] for i in ok]
     ratio5 = [off.points[i].true_value / land.estimate[i] for i in ok]
@@ -55,7 +55,7 @@ def test_truth_is_the_estimate_at_sigma_zero_and_drifts_with_sigma(land):
 
 
 def test_the_prior_arm_runs_the_live_driver_and_is_read_back(land, space):
-    grid = rg.build_grid(land, 0.3, seed=0)
+    grid = rg.build_grid(land, rg.Gap(sigma=0.3), seed=0)
     knowledge = rg.model_knowledge(land)
     run = rg.replay(space, grid, "tpe-prior", 0, n_trials=8, knowledge=knowledge, hardware_gpu=GPU)
     trials = run.study.get_trials(deepcopy=False)
@@ -74,7 +74,7 @@ def test_the_replayed_gpus_rules_prune_before_a_launch(land, space):
     fp8 = next(c for c, s in zip(land.configs, land.status)
                if s == "pruned" and c["engine"] == "trtllm" and c["quantization"] == "fp8")
     knowledge = Knowledge([], [], Prediction(fp8, 1.0, "model"))
-    run = rg.replay(space, rg.build_grid(land, 0.3, seed=2), "model-pick", 2, knowledge=knowledge,
+    run = rg.replay(space, rg.build_grid(land, rg.Gap(sigma=0.3), seed=2), "model-pick", 2, knowledge=knowledge,
                     hardware_gpu=GPU)
     assert run.trials[0].params == {k: fp8.get(k) for k in rg.GRID_KNOBS}
     assert run.trials[0].state == "rule-pruned" and run.trials[0].seconds == 0
@@ -82,7 +82,7 @@ def test_the_replayed_gpus_rules_prune_before_a_launch(land, space):
 
 
 def test_summary_and_targets_read_the_runs(land, space):
-    grid = rg.build_grid(land, 0.3, seed=1)
+    grid = rg.build_grid(land, rg.Gap(sigma=0.3), seed=1)
     model = rg.model_knowledge(land)
     runs = {"greedy": [rg.replay(space, grid, "greedy", 1, n_trials=10, hardware_gpu=GPU)],
             "tpe": [rg.replay(space, grid, "tpe", 1, n_trials=10, hardware_gpu=GPU)],
@@ -106,3 +106,26 @@ def test_a_misleading_prior_shuffles_the_values_over_the_same_configs(land):
     assert [p.params for p in true.predictions] == [p.params for p in shuffled.predictions]
     assert sorted(p.value for p in true.predictions) == sorted(p.value for p in shuffled.predictions)
     assert [p.value for p in true.predictions] != [p.value for p in shuffled.predictions]
+
+
+def test_the_measured_gap_puts_each_engines_bias_and_spread_on_the_estimate(land):
+    gap = rg.Gap.from_file(rg.DATA / "reality-gap-h200.json")
+    measured = {e: (b, sd) for e, b, sd, _ in gap.measured}
+    assert set(measured) == {"vllm", "sglang"}  # calibrate.py's file: TensorRT-LLM was not run
+    engines = np.array([c["engine"] for c in land.configs])
+    logs = np.array([gap.log_ratio(land, seed) for seed in range(40)])
+    mean, spread, pooled = gap.unmeasured()
+    expect = {"vllm": math.log(measured["vllm"][0]), "sglang": math.log(measured["sglang"][0]),
+              "trtllm": mean}
+    for engine, log_bias in expect.items():
+        assert logs[:, engines == engine].mean() == pytest.approx(log_bias, abs=0.08), engine
+    # Within an engine the truth bends by the measured spread, not the assumed 0.3.
+    for engine, (_, sd) in measured.items():
+        within = statistics.fmean(float(np.std(row[engines == engine])) for row in logs)
+        assert within < 2 * sd < 0.3, engine
+    assert mean == pytest.approx(statistics.fmean(math.log(b) for b, _ in measured.values()))
+    assert min(sd for _, sd in measured.values()) < pooled < max(sd for _, sd in measured.values())
+    # SGLang is measured further below its estimate than vLLM: the truth reorders the engines.
+    ratio = math.exp(logs[:, engines == "vllm"].mean() - logs[:, engines == "sglang"].mean())
+    assert ratio == pytest.approx(measured["vllm"][0] / measured["sglang"][0], rel=0.1)
+
