@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tuner.errors import InputError
+from tuner.paths import SPACES_DIR
 from tuner.space import load_space
 from tuner.study.knowledge import carried_predictions, save_predictions
 from tests.helpers import run_tune
@@ -60,5 +62,9 @@ def test_plan_saves_them_and_refuses_a_space_without_a_prior(qwen3_14b: Path, tm
     proc = run_tune("plan", "--space", "h200-engines", "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "saved" in proc.stdout and json.loads(out.read_text())["space"] == "h200-engines"
-    proc = run_tune("plan", "--space", "h200-vllm", "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
+    data = yaml.safe_load((SPACES_DIR / "h200-vllm.yaml").read_text())
+    data.pop("prior")
+    no_prior = tmp_path / "no-prior.yaml"
+    no_prior.write_text(yaml.safe_dump(data))
+    proc = run_tune("plan", "--space", str(no_prior), "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
     assert proc.returncode == 2 and "has no prior: section" in proc.stderr and "Traceback" not in proc.stderr
