@@ -2,7 +2,7 @@
 # A study on the lent H200 (no network, no docker, torch 2.11.0 preinstalled): vLLM 0.25.1 and/or
 # SGLang 0.5.17 installed from their kits, `tune start --space $STUDY` with NVML telemetry, the
 # engines' real refusals, `tune confirm`, `tune export`. STUDY is a space name: h200-engines (both
-# engines, the default), h200-vllm or h200-sglang. Results: docs/results/h200-engines.md.
+# engines, the default), h200-vllm, h200-sglang or h200-sglang-grid. Results: docs/results/h200-engines.md.
 #
 # Prepare here (a connected machine), once:
 #   tune engine kit vllm==0.25.1  --trim --split 50M --out .kits/vllm-0.25.1
@@ -20,6 +20,11 @@
 #   bash benchmarks/gpu_engines_study.sh poll [S]   # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_engines_study.sh finish     # stop what runs (SIGTERM), tune export + logs into $OUT
 # The phases `stay` chains can also run one by one: start (or import), confirm, refusals.
+# grid: `STUDY=h200-sglang-grid` runs the SGLang grid for the measured replay (issue 22, items 2 and
+# 4): stage SGLang's 2 kit parts (the second call with .whl and `stay`); the stay then runs the
+# grid's 8 points and the defaults baseline, the refusals, tune confirm. About 17-21 minutes of
+# launches (9 at 104-194 s), so pass REPEATS=1 to fit one stay; `finish` brings back the export
+# for `benchmarks/replay_measured.py from-study` (docs/search-quality.md 5.9). No prior file.
 # A study that does not fit one stay continues on a later machine: `import` (carry .gpu-state/
 # with the exported $STUDY.tar.gz) instead of `start` (tune import + tune resume).
 set -uo pipefail

@@ -17,9 +17,12 @@ own launched knobs, made here (aiconfigurator) once and kept beside the grid
 Grids: ``grid-vllm-h200.json`` (benchmarks/gpu_vllm_sweep.py convert: the peer's grid) and
 ``grid-h200-slice.json``, a SLICE of real measurements until that grid exists: the five configs
 that `tune start --space h200-engines` measured on the H200 (docs/results/h200-engines.tar.gz),
-one launch and one benchmark each, keyed by the knobs that tell them apart (``slice``).
+one launch and one benchmark each, keyed by the knobs that tell them apart (``slice``); and any
+exported study of a ``sampler: grid`` space (``from-study``, benchmarks/study_grid.py), such as
+``grid-sglang-h200.json`` from `tune start --space h200-sglang-grid`.
 
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py slice    # -> grid-h200-slice.json
+    PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py from-study ARCHIVE --out G
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py predict --grid G   # needs aiconfigurator
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py replay --grid G [--seeds 50]
 """
@@ -40,6 +43,7 @@ import optuna
 from benchmarks.landscape import write_checkpoints
 from benchmarks.replay import TOLERANCE, Run
 from benchmarks.replay_gpu import _fmt, replay, summarize
+from benchmarks.study_grid import grid_from_study, launch_of, proposable
 from tuner.space import ENGINE_PARAM, Space
 from tuner.files import write_atomic
 from tuner.study.knowledge import PREDICTIONS_FORMAT, Knowledge, carried_predictions
@@ -81,7 +85,6 @@ def slice_from_study(archive: Path) -> dict:
     unless the keys tell the trials apart and the slice space proposes exactly these configs."""
     from tuner.record import schema
     from tuner.record.transfer import import_study
-    from tuner.space.suggest import grid_values
     from tuner.study import lifecycle
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,30 +100,17 @@ def slice_from_study(archive: Path) -> dict:
         for knob, p in SLICE_PARAMS[engine].items():
             if all(key.get(k) == v for k, v in p.get("when", {}).items()):
                 key[knob] = round(t.params[knob], 4) if isinstance(t.params[knob], float) else t.params[knob]
-        timings = t.user_attrs[schema.TIMINGS]
-        metrics = t.user_attrs.get(schema.METRICS) or {}
         points.append({"params": key, "trial": t.number, "arm": t.user_attrs.get(schema.ARM),
-                       "launched_with": t.user_attrs.get(schema.KNOBS),
-                       "launches": [{"ok": True, "started": t.datetime_start.isoformat(timespec="seconds"),
-                                     "timings": timings,
-                                     "full": [{"value": float(t.value), "seconds": timings["bench_s"],
-                                               "metrics": metrics}]}]})
+                       "launched_with": t.user_attrs.get(schema.KNOBS), "launches": [launch_of(t)]})
     keys = [json.dumps(p["params"], sort_keys=True) for p in points]
     if len(set(keys)) != len(keys):
         raise SystemExit(f"the slice's keys do not tell the trials apart: {keys}")
     space = {**stored, "name": "h200-slice", "sampler": "tpe",
              "engines": {e: {**stored["engines"][e], "params": SLICE_PARAMS[e]} for e in SLICE_PARAMS},
              "baselines": [{"name": f"{e}-defaults", "engine": e} for e in SLICE_PARAMS]}
-    proposable = set()
-    for engine, params in SLICE_PARAMS.items():
-        combos = [{ENGINE_PARAM: engine}]
-        for knob, p in params.items():
-            values = grid_values(Space.model_validate(space).engines[engine].params[knob])
-            combos = [{**c, knob: v} if all(c.get(k) == w for k, w in p.get("when", {}).items())
-                      else c for c in combos for v in values]
-        proposable |= {json.dumps(c, sort_keys=True) for c in combos}
-    if proposable != set(keys):
-        raise SystemExit(f"the slice space proposes {sorted(proposable)}, the study measured {sorted(keys)}")
+    proposed = proposable(Space.model_validate(space))
+    if proposed != set(keys):
+        raise SystemExit(f"the slice space proposes {sorted(proposed)}, the study measured {sorted(keys)}")
     return {"meta": {"what": "A SLICE, not a grid: the configs `tune start --space h200-engines` measured on "
                              "one H200 (docs/results/h200-engines.md), one launch and one benchmark each, keyed "
                              "by the knobs that tell them apart; each point's launched_with has its knobs",
@@ -267,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("slice", help="the H200 study's measured trials as a grid")
     s.add_argument("--archive", type=Path, default=REPO / "docs" / "results" / "h200-engines.tar.gz")
     s.add_argument("--out", type=Path, default=SLICE)
+    g = sub.add_parser("from-study", help="an exported grid-sampler study's launches as a grid")
+    g.add_argument("archive", type=Path, help="`tune export` archive")
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--model-shape", default="Qwen3-14B", help="the published shape the rules read")
+    g.add_argument("--gpu", default="h200-141gb", help="hardware profile the replay judges rules with")
     p = sub.add_parser("predict", help="the model's prediction for each point (needs aiconfigurator)")
     p.add_argument("--grid", type=Path, default=SLICE)
     r = sub.add_parser("replay")
@@ -282,6 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         doc = slice_from_study(args.archive)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{len(doc['points'])} measured configs -> {args.out}")
+        return 0
+    if args.cmd == "from-study":
+        doc = grid_from_study(args.archive, model_shape=args.model_shape, gpu=args.gpu)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        n = sum(len(p["launches"]) for p in doc["points"])
+        refused = sum(not launch["ok"] for p in doc["points"] for launch in p["launches"])
+        print(f"{len(doc['points'])} configs, {n} launches ({refused} refused) -> {args.out}")
         return 0
     if args.cmd == "predict":
         found = predict_points(json.loads(args.grid.read_text()), predictions_path(args.grid))

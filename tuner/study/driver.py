@@ -103,7 +103,9 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                     elif state.unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
                         state.stop = "exhausted"
                         reporter.note(EXHAUSTED)
-                    elif exhausted(study.sampler, study):
+                    elif exhausted(study.sampler, study) and not study.get_trials(
+                            deepcopy=False, states=(TrialState.WAITING,)):
+                        # queued trials (`tune confirm`'s repeats, baselines) still launch
                         state.stop = "sampler"
                         reporter.note(SAMPLER_DONE)
                     elif done + running >= total:
