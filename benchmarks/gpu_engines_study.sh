@@ -26,7 +26,8 @@
 # launches (9 at 104-194 s), so pass REPEATS=1 to fit one stay; `finish` brings back the export
 # for `benchmarks/replay_measured.py from-study` (docs/search-quality.md 5.9). No prior file.
 # A study that does not fit one stay continues on a later machine: `import` (carry .gpu-state/
-# with the exported $STUDY.tar.gz) instead of `start` (tune import + tune resume).
+# with the exported $STUDY.tar.gz) instead of `start`, or RESUME=1 with `stay` (tune import + tune
+# resume; N is then the new total of finished trials).
 set -uo pipefail
 PHASE="${1:?phase: stage|stay|start|import|poll|confirm|finish|refusals}"
 OUT="${OUT:-/tmp/out}"
@@ -75,7 +76,7 @@ start|import)
   fi
   [ -n "${2:-}" ] && cmd+=(-n "$2")
   echo "${cmd[*]}" > "$STATE/study.cmd"
-  if [ "$PHASE" = start ] && [ -n "${STAY:-}" ]; then exit 0; fi   # `stay` runs it itself
+  if [ -n "${STAY:-}" ]; then exit 0; fi   # `stay` runs it itself
   stamp "study: tune ${cmd[*]}"
   setsid "${TUNE[@]}" "${cmd[@]}" > "$STATE/study.log" 2>&1 < /dev/null &
   echo $! > "$STATE/study.pid"
@@ -85,7 +86,7 @@ stay)
   # One stay's work after the installs, in the background in a session of its own (`finish` stops
   # it with SIGTERM): the search, the engines' refusals on the idle GPU, tune confirm (the top
   # config and the defaults, interleaved), the export. Each step is stamped in $STATE/stay.log.
-  STAY=1 bash "$SELF" start "${2:-}" || exit 1
+  STAY=1 bash "$SELF" "$([ -n "${RESUME:-}" ] && echo import || echo start)" "${2:-}" || exit 1
   read -r -a cmd < "$STATE/study.cmd"
   setsid bash -c '
     stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
