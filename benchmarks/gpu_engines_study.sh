@@ -46,14 +46,7 @@ gpu_mem() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
 
 case "$PHASE" in
 stage)
-  for kit in .kits/*/; do
-    [ -d "$kit" ] || continue
-    mkdir -p "$KITS/$(basename "$kit")"
-    cp -v "$kit"* "$KITS/$(basename "$kit")/"
-  done
-  if [ -d .whl ]; then mkdir -p "$KITS/whl" && cp .whl/* "$KITS/whl/"; fi
-  du -sh "$KITS"/* 2>/dev/null
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  KITS="$KITS" bash benchmarks/gpu_stage.sh
   ;;
 start|import)
   # The tuner's own dependencies that the image lacks (hash-pinned manifest), then each engine

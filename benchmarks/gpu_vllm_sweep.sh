@@ -53,14 +53,7 @@ setup() {
 stamp "phase $PHASE"
 case "$PHASE" in
 stage)
-  for kit in .kits/*/; do
-    [ -d "$kit" ] || continue
-    mkdir -p "$KITS/$(basename "$kit")"
-    cp -v "$kit"* "$KITS/$(basename "$kit")/"
-  done
-  if [ -d .whl ]; then mkdir -p "$KITS/whl" && cp .whl/* "$KITS/whl/"; fi
-  du -sh "$KITS"/* 2>/dev/null
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  KITS="$KITS" bash benchmarks/gpu_stage.sh
   ;;
 start)
   alive && { echo "the sweep runs already (pid $pid): poll or finish" >&2; exit 2; }
