@@ -226,6 +226,20 @@ def quality_space(tmp_path: Path, quality: dict, *, baselines: list | None = Non
     return path
 
 
+def unlaunched_outcome(task):
+    """A trial's outcome with the plan a launch would have had and a server log that says nothing
+    ran: what executors that answer trials without an engine fill in."""
+    from tuner.configs.translate import build_plan
+    from tuner.engines.spec import load_engine
+    from tuner.trial.runner import TrialOutcome
+
+    plan = build_plan(load_engine(task.engine), task.space.engines[task.engine],
+                      task.space.model, task.knobs, port=1, omit=task.omit)
+    task.trial_dir.mkdir(parents=True, exist_ok=True)
+    (task.trial_dir / "server.log").write_text("answered without an engine\n")
+    return TrialOutcome(plan=plan, log_path=task.trial_dir / "server.log")
+
+
 class AnsweringExecutor:
     """An executor that launches nothing: each trial's throughput comes from its max_num_seqs, and
     its probe answers (token ids per prompt) from its dtype, compared by the real probe code
@@ -244,17 +258,10 @@ class AnsweringExecutor:
         return task.number
 
     def wait(self):
-        from tuner.configs.translate import build_plan
-        from tuner.engines.spec import load_engine
         from tuner.study.executors import Finished
-        from tuner.trial.runner import TrialOutcome
 
         task = self.pending.pop(0)
-        plan = build_plan(load_engine(task.engine), task.space.engines[task.engine],
-                          task.space.model, task.knobs, port=1)
-        task.trial_dir.mkdir(parents=True, exist_ok=True)
-        (task.trial_dir / "server.log").write_text("answered without an engine\n")
-        outcome = TrialOutcome(plan=plan, log_path=task.trial_dir / "server.log")
+        outcome = unlaunched_outcome(task)
         seqs = task.knobs.get("max_num_seqs", 128)
         outcome.metrics = {"completed": 16, "failed": 0, "total_token_throughput": 100.0 * seqs}
         outcome.workload_metrics = {task.space.workload.name: outcome.metrics}

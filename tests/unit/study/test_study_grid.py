@@ -15,10 +15,9 @@ import yaml
 
 from benchmarks import replay_measured as rm
 from benchmarks.study_grid import grid_from_study
-from tuner.configs.translate import build_plan
+from tests.helpers import unlaunched_outcome
 from tuner.engines.failures import Failure
 from tuner.engines.hardware import profile
-from tuner.engines.spec import load_engine
 from tuner.paths import SPACES_DIR
 from tuner.record.transfer import export_study
 from tuner.space import space_from_dict
@@ -27,7 +26,6 @@ from tuner.study.driver import run
 from tuner.study.executors import Finished
 from tuner.study.recorder import TrialRecorder
 from tuner.study.replay import Grid
-from tuner.trial.runner import TrialOutcome
 
 GPU = "h200-141gb"
 REFUSED = {"quantization": "fp8", "kv_cache_dtype": "fp8", "max_num_seqs": 256}
@@ -57,11 +55,7 @@ class TimedExecutor:
 
     def wait(self):
         task = self.pending.pop(0)
-        plan = build_plan(load_engine(task.engine), task.space.engines[task.engine],
-                          task.space.model, task.knobs, port=1, omit=task.omit)
-        task.trial_dir.mkdir(parents=True, exist_ok=True)
-        (task.trial_dir / "server.log").write_text("answered without an engine\n")
-        outcome = TrialOutcome(plan=plan, log_path=task.trial_dir / "server.log")
+        outcome = unlaunched_outcome(task)
         n = len(self.answers)
         searched = {k: task.knobs[k] for k in REFUSED}
         if searched == REFUSED and not task.omit:
