@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from tuner.configs.translate import build_plan
@@ -69,18 +70,18 @@ def capture(space_name: str, engine: str, cases: dict[str, dict], prefix: str, n
         plan = build_plan(spec, space.engines[engine], space.model, knobs, port=procgroup.free_port())
         log = Path(f"/tmp/tuner-capture-{engine}-{name}.log")
         log.unlink(missing_ok=True)
-        holder = hold_gpu_memory(cases[name]["_hold_gib"]) if "_hold_gib" in cases[name] else None
-        server = launcher.start(plan, spec, log)
-        try:
-            launcher.wait_ready(server, START_S)
-            print(f"{engine} {name}: became ready on this machine; no log kept", flush=True)
-            continue
-        except launcher.EngineStartFailed as exc:
-            print(f"{engine} {name}: {exc.failure.failure_class}: {exc.failure.evidence[:200]}", flush=True)
-        finally:
-            server.stop()
-            if holder is not None:
-                procgroup.kill_group(holder.pid, leader=holder)
+        with ExitStack() as stack:   # the engine stops first, then what holds the GPU
+            if "_hold_gib" in cases[name]:
+                holder = hold_gpu_memory(cases[name]["_hold_gib"])
+                stack.callback(procgroup.kill_group, holder.pid, leader=holder)
+            server = launcher.start(plan, spec, log)
+            stack.callback(server.stop)
+            try:
+                launcher.wait_ready(server, START_S)
+                print(f"{engine} {name}: became ready on this machine; no log kept", flush=True)
+                continue
+            except launcher.EngineStartFailed as exc:
+                print(f"{engine} {name}: {exc.failure.failure_class}: {exc.failure.evidence[:200]}", flush=True)
         lines = log.read_text(errors="replace").splitlines()
         (OUT / f"{prefix}-{name}.log").write_text("\n".join(lines[-KEEP_LINES:]) + "\n")
 

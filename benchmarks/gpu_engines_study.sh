@@ -16,7 +16,7 @@
 # staged are installed, so a vLLM-only stay (STUDY=h200-vllm) needs 2 calls, both engines 4.
 #   bash benchmarks/gpu_engines_study.sh stage      # once per carried part (carry: .kits/<kit>/<part>, ...)
 #   bash benchmarks/gpu_engines_study.sh stay [N]   # install, model, doctor; then in the background:
-#                                                   # search N launches, refusals, confirm, export
+#                                                   # search N launches, refusals, confirm (REPEATS, 2)
 #   bash benchmarks/gpu_engines_study.sh poll [S]   # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_engines_study.sh finish     # stop what runs (SIGTERM), tune export + logs into $OUT
 # The phases `stay` chains can also run one by one: start (or import), confirm, refusals.
@@ -43,6 +43,15 @@ SELF="$(realpath "$0")"
 mkdir -p "$OUT" "$STATE" "$KITS"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 gpu_mem() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
+# SIGTERM to the running phase's session (a background job ignores SIGINT: SIGTERM stops tune as
+# Ctrl-C would; its engines have sessions of their own and are torn down by it), then wait for it.
+stop_running() {
+  local pid; pid=$(cat "$STATE/study.pid" 2>/dev/null)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM -- "-$pid"
+  for _ in $(seq 1 60); do pgrep -g "$pid" > /dev/null || break; sleep 1; done
+  stamp "stopped the running phase"; gpu_mem
+}
 
 case "$PHASE" in
 stage)
@@ -78,7 +87,7 @@ start|import)
 stay)
   # One stay's work after the installs, in the background in a session of its own (`finish` stops
   # it with SIGTERM): the search, the engines' refusals on the idle GPU, tune confirm (the top
-  # config and the defaults, interleaved), the export. Each step is stamped in $STATE/stay.log.
+  # config and the defaults, interleaved); `finish` exports. Each step is stamped in $STATE/stay.log.
   STAY=1 bash "$SELF" "$([ -n "${RESUME:-}" ] && echo import || echo start)" "${2:-}" || exit 1
   read -r -a cmd < "$STATE/study.cmd"
   setsid bash -c '
@@ -86,8 +95,7 @@ stay)
     stamp "search: tune $1"; python3 -m tuner $1
     stamp "refusals"; python3 -m benchmarks.capture_failure_logs --gpu
     stamp "confirm"; python3 -m tuner confirm "$2" --top-k 1 --repeats "$3"
-    stamp "export"; python3 -m tuner export "$2" "$4/$2.tar.gz"
-    stamp "stay done"' stay "${cmd[*]}" "$STUDY" "${REPEATS:-2}" "$STATE" \
+    stamp "stay done"' stay "${cmd[*]}" "$STUDY" "${REPEATS:-2}" \
     > "$STATE/stay.log" 2>&1 < /dev/null &
   echo $! > "$STATE/study.pid"
   sleep 30; tail -n 5 "$STATE/stay.log"
@@ -100,23 +108,13 @@ poll)
   gpu_mem
   ;;
 confirm)
-  pid=$(cat "$STATE/study.pid" 2>/dev/null)
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid"   # a background job ignores SIGINT: SIGTERM stops it as Ctrl-C would
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    stamp "search stopped"; gpu_mem
-  fi
-  setsid "${TUNE[@]}" confirm "$STUDY" --top-k 1 --repeats 1 > "$STATE/confirm.log" 2>&1 < /dev/null &
+  stop_running
+  setsid "${TUNE[@]}" confirm "$STUDY" --top-k 1 --repeats "${REPEATS:-1}" > "$STATE/confirm.log" 2>&1 < /dev/null &
   echo $! > "$STATE/study.pid"
   sleep 20; tail -n 5 "$STATE/confirm.log"
   ;;
 finish)
-  pid=$(cat "$STATE/study.pid" 2>/dev/null)
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid"   # its session: the stay's shell and the tune it runs (engines have their own)
-    for _ in $(seq 1 60); do pgrep -g "$pid" > /dev/null || break; sleep 1; done
-    stamp "stopped the running phase"
-  fi
+  stop_running
   gpu_mem | tee "$OUT/gpu-memory-after.txt"
   "${TUNE[@]}" status "$STUDY" > "$OUT/status.txt" 2>&1
   "${TUNE[@]}" best "$STUDY" > "$OUT/best.txt" 2>&1
