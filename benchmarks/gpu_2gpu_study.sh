@@ -60,7 +60,6 @@ if [ "$gpus" -lt 2 ]; then
   echo "this needs the nvidia-h200-x2 machine: $gpus GPU(s) here"; exit 1
 fi
 
-# Placeholder until the wheelhouse kit exists (another engineer is writing it).
 bash "$KIT/install.sh" --target "$ENGINE" || { echo "no vLLM kit at $KIT"; exit 1; }
 PYTHONPATH="$ENGINE" "$ENGINE/bin/vllm" --version || exit 1
 "${TUNE[@]}" model tiny "$TUNER_CACHE/models/qwen3-14b-shape" --shape qwen3-14b || exit 1

@@ -30,19 +30,11 @@
 # resume; N is then the new total of finished trials).
 set -uo pipefail
 PHASE="${1:?phase: stage|stay|start|import|poll|confirm|finish|refusals}"
-OUT="${OUT:-/tmp/out}"
-STATE=/tmp/gpu-study
 STUDY="${STUDY:-h200-engines}"
-KITS=/tmp/kits
-export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
+source benchmarks/gpu_host.sh
 # Outside the checkout: each device call replaces the checkout, so files written into it are lost.
 export TUNER_CAPTURE_DIR="$STATE/refusal-logs"
-export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
-TUNE=(python3 -m tuner)
 SELF="$(realpath "$0")"
-mkdir -p "$OUT" "$STATE" "$KITS"
-stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
-gpu_mem() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
 # SIGTERM to the running phase's session (a background job ignores SIGINT: SIGTERM stops tune as
 # Ctrl-C would; its engines have sessions of their own and are torn down by it), then wait for it.
 stop_running() {
@@ -55,19 +47,10 @@ stop_running() {
 
 case "$PHASE" in
 stage)
-  KITS="$KITS" bash benchmarks/gpu_stage.sh
+  stage_carried
   ;;
 start|import)
-  # The tuner's own dependencies that the image lacks (hash-pinned manifest), then each engine
-  # into a folder of its own: their pins conflict.
-  python3 -m pip install -q --no-index --find-links "$KITS/whl" --require-hashes --no-deps \
-    --no-compile --no-cache-dir --upgrade --target /tmp/site -r "$KITS/whl/manifest.txt" || exit 1
-  for kit in vllm-0.25.1 sglang-0.5.17; do
-    [ -d "$TUNER_CACHE/engines/$kit" ] || [ ! -f "$KITS/$kit/install.sh" ] && continue
-    stamp "installing $kit"
-    bash "$KITS/$kit/install.sh" --target "$TUNER_CACHE/engines/$kit" || exit 1
-  done
-  "${TUNE[@]}" model tiny "$TUNER_CACHE/models/qwen3-14b-shape" --shape qwen3-14b --no-weights 2>/dev/null || true
+  install_staged || exit 1
   "${TUNE[@]}" doctor --space "$STUDY" | tee "$OUT/doctor.txt"
   if [ "$PHASE" = import ]; then
     "${TUNE[@]}" import .gpu-state/$STUDY.tar.gz || exit 1

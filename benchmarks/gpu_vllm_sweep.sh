@@ -11,7 +11,7 @@
 # A device call carries at most 64 MiB, and what a call leaves in /tmp lasts only while the machine
 # stays warm, so the calls of one stay follow each other:
 #   bash benchmarks/gpu_vllm_sweep.sh stage      # carry: .kits/vllm-0.25.1/vllm-0.25.1.tar.xz.part00
-#   bash benchmarks/gpu_vllm_sweep.sh stage      # carry: the rest of .kits/vllm-0.25.1, .whl
+#   bash benchmarks/gpu_vllm_sweep.sh stage      # carry: the rest of .kits/vllm-0.25.1, .whl (this call may go on to start)
 #   bash benchmarks/gpu_vllm_sweep.sh start [--axes knob=v1,v2 ...] [--num-runs N]
 #        # install, plan, the sweep in the background; a later stay carries .gpu-state/vllm-sweep.tar.gz
 #        # (the previous stay's $OUT) and `start` resumes it
@@ -21,43 +21,18 @@
 # Back here: python -m benchmarks.gpu_vllm_sweep convert (the state unpacked) -> benchmarks/data.
 set -uo pipefail
 PHASE="${1:?phase: stage|start|poll|finish|fidelity}"
-OUT="${OUT:-/tmp/out}"
-STATE=/tmp/gpu-study
+source benchmarks/gpu_host.sh
 SWEEP="$STATE/vllm-sweep"
-KITS=/tmp/kits
-KIT=vllm-0.25.1
-export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
-TUNE=(python3 -m tuner)
-mkdir -p "$OUT" "$STATE" "$KITS"
-stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
-gpu_mem() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; }
 alive() { pid=$(cat "$STATE/runner.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
-
-setup() {
-  # The tuner's own dependencies that the image lacks, then vLLM into a folder of its own.
-  if [ ! -f /tmp/site/.done ]; then
-    python3 -m pip install -q --no-index --find-links "$KITS/whl" --require-hashes --no-deps \
-      --no-compile --no-cache-dir --upgrade --target /tmp/site -r "$KITS/whl/manifest.txt" || exit 1
-    touch /tmp/site/.done
-  fi
-  if [ ! -f "$TUNER_CACHE/engines/$KIT/.tuner-engine.json" ]; then
-    stamp "installing $KIT"
-    bash "$KITS/$KIT/install.sh" --target "$TUNER_CACHE/engines/$KIT" || exit 1
-    stamp "installed"
-  fi
-  "${TUNE[@]}" model tiny "$TUNER_CACHE/models/qwen3-14b-shape" --shape qwen3-14b --no-weights \
-    > /dev/null 2>&1 || true
-}
 
 stamp "phase $PHASE"
 case "$PHASE" in
 stage)
-  KITS="$KITS" bash benchmarks/gpu_stage.sh
+  stage_carried
   ;;
 start)
   alive && { echo "the sweep runs already (pid $pid): poll or finish" >&2; exit 2; }
-  setup
+  install_staged || exit 1
   if [ -f .gpu-state/vllm-sweep.tar.gz ] && [ ! -f "$SWEEP/plan.json" ]; then
     tar -xzf .gpu-state/vllm-sweep.tar.gz -C "$STATE" || exit 1
     stamp "resuming: $(python3 -m benchmarks.gpu_vllm_sweep progress --state "$SWEEP")"
@@ -89,7 +64,7 @@ finish)
   ;;
 fidelity)
   alive && { echo "the sweep is running: finish it first (one server at a time on the GPU)" >&2; exit 2; }
-  setup
+  install_staged || exit 1
   python3 -m benchmarks.fidelity --space h200-vllm --workloads space --pairs "${2:-2}" \
     --out "$OUT/fidelity-h200.json" || exit 1
   gpu_mem
