@@ -240,7 +240,34 @@ def unlaunched_outcome(task):
     return TrialOutcome(plan=plan, log_path=task.trial_dir / "server.log")
 
 
-class AnsweringExecutor:
+class UnlaunchedExecutor:
+    """Trials submitted to it are answered in order without an engine: ``next_outcome`` hands a
+    subclass the next one with its unlaunched outcome, to fill in."""
+
+    slots = 1
+
+    def __init__(self) -> None:
+        self.pending: list = []
+
+    def submit(self, task, hooks):
+        self.pending.append(task)
+        return task.number
+
+    def next_outcome(self):
+        task = self.pending.pop(0)
+        return task, unlaunched_outcome(task)
+
+    def cancel(self, keys):
+        self.pending.clear()
+
+    def reap(self):
+        return []
+
+    def close(self):
+        pass
+
+
+class AnsweringExecutor(UnlaunchedExecutor):
     """An executor that launches nothing: each trial's throughput comes from its max_num_seqs, and
     its probe answers (token ids per prompt) from its dtype, compared by the real probe code
     (tuner.trial.quality.compare) in the role the driver gave the trial, as from an engine that
@@ -249,19 +276,14 @@ class AnsweringExecutor:
     def __init__(self, answers: dict[str, list[list[int]]], *, lm_eval: dict | None = None,
                  slots: int = 1) -> None:
         """``slots`` > 1: trials are prepared before earlier ones are recorded, as on Ray."""
+        super().__init__()
         self.answers, self.lm_eval, self.slots = answers, lm_eval or {}, slots
-        self.pending: list = []
         self.roles: dict[int, str] = {}
-
-    def submit(self, task, hooks):
-        self.pending.append(task)
-        return task.number
 
     def wait(self):
         from tuner.study.executors import Finished
 
-        task = self.pending.pop(0)
-        outcome = unlaunched_outcome(task)
+        task, outcome = self.next_outcome()
         seqs = task.knobs.get("max_num_seqs", 128)
         outcome.metrics = {"completed": 16, "failed": 0, "total_token_throughput": 100.0 * seqs}
         outcome.workload_metrics = {task.space.workload.name: outcome.metrics}
@@ -298,15 +320,6 @@ class AnsweringExecutor:
         if dtype in self.lm_eval:
             add_lm_eval(record, self.lm_eval[dtype], probe)
         return record, [a.to_json() for a in answers]
-
-    def cancel(self, keys):
-        self.pending.clear()
-
-    def reap(self):
-        return []
-
-    def close(self):
-        pass
 
 
 _SAVE_WEIGHTS = r"""

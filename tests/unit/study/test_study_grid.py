@@ -15,7 +15,7 @@ import yaml
 
 from benchmarks import replay_measured as rm
 from benchmarks.study_grid import grid_from_study
-from tests.helpers import unlaunched_outcome
+from tests.helpers import UnlaunchedExecutor
 from tuner.engines.failures import Failure
 from tuner.engines.hardware import profile
 from tuner.paths import SPACES_DIR
@@ -39,23 +39,16 @@ def _value(knobs: dict, occurrence: int) -> float:
     return base + 10.0 * occurrence
 
 
-class TimedExecutor:
+class TimedExecutor(UnlaunchedExecutor):
     """Answers each trial with a value and tune's trial timings; launches nothing. ``answers``
     keeps what it gave, by trial number."""
 
-    slots = 1
-
     def __init__(self) -> None:
-        self.pending: list = []
+        super().__init__()
         self.answers: dict[int, dict] = {}
 
-    def submit(self, task, hooks):
-        self.pending.append(task)
-        return task.number
-
     def wait(self):
-        task = self.pending.pop(0)
-        outcome = unlaunched_outcome(task)
+        task, outcome = self.next_outcome()
         n = len(self.answers)
         searched = {k: task.knobs[k] for k in REFUSED}
         if searched == REFUSED and not task.omit:
@@ -72,15 +65,6 @@ class TimedExecutor:
                                      "value": outcome.metrics.get("total_token_throughput"),
                                      "timings": outcome.timings}
         return Finished(task.number, outcome)
-
-    def cancel(self, keys):
-        self.pending.clear()
-
-    def reap(self):
-        return []
-
-    def close(self):
-        pass
 
 
 @pytest.fixture(scope="module")
