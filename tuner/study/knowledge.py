@@ -219,7 +219,8 @@ def queue(study: optuna.Study, space: Space, knowledge: Knowledge, *, warm_top_k
     for source, preds in by_source.items():
         if source.startswith("model:"):
             k = space.prior.seeds if space.prior else 0
-            picked = seeds([p for p in preds if p.key() not in queued], k, maximize=maximize)
+            picked = seeds([p for p in preds if p.key() not in queued], k, maximize=maximize,
+                           covered=[knowledge.model_pick.params] if knowledge.model_pick else [])
             attrs = {schema.PREDICTED_BY: source}
         else:
             picked = sorted(preds, key=lambda p: p.value, reverse=maximize)[:warm_top_k]

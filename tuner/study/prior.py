@@ -340,14 +340,21 @@ def _distances(a: _Encoded, b: _Encoded, weights: np.ndarray) -> np.ndarray:
 
 
 def seeds(predictions: Sequence[Prediction], k: int, *, maximize: bool = True,
-          engine_param: str = "engine", diversity: Sequence[str] = ("quantization",)) -> list[Prediction]:
+          engine_param: str = "engine", diversity: Sequence[str] = ("quantization",),
+          covered: Sequence[Mapping[str, Any]] = ()) -> list[Prediction]:
     """The ``k`` best predictions, spread over engines and the ``diversity`` knobs: the best of each
-    (engine, quantization) group first, then the next best overall. These replace the random startup."""
+    (engine, quantization) group first, then the next best overall. These replace the random startup.
+    The groups of ``covered`` configs (the model's pick, queued already) come last: on one H200 the
+    pick's runner-up was the pick with another memory fraction, a launch that teaches nothing new."""
     ordered = sorted(predictions, key=lambda p: p.value, reverse=maximize)
     picked: list[Prediction] = []
-    groups: set[tuple] = set()
+
+    def group_of(params: Mapping[str, Any]) -> tuple:
+        return (params.get(engine_param), *(params.get(d) for d in diversity))
+
+    groups: set[tuple] = {group_of(c) for c in covered}
     for p in ordered:
-        group = (p.params.get(engine_param), *(p.params.get(d) for d in diversity))
+        group = group_of(p.params)
         if group not in groups:
             groups.add(group)
             picked.append(p)

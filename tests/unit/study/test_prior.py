@@ -157,3 +157,17 @@ def test_seeds_spread_over_engines_and_quantizations():
     assert {(p.params["engine"], p.params["quantization"]) for p in top} == {
         ("a", "none"), ("a", "fp8"), ("b", "none"), ("b", "fp8")}
     assert [p.value for p in seeds(preds, 6)][:4] == sorted((p.value for p in top), reverse=True)
+
+
+def test_seeds_leave_the_group_the_model_pick_covers_for_last():
+    """The H200 cross-engine prior's runner-up was its pick with another memory fraction: a seed in
+    the pick's (engine, quantization) group teaches nothing the pick's launch does not."""
+    preds = [_pred({"engine": e, "quantization": q, "gpu_memory_utilization": m}, v)
+             for e, q, m, v in [("sglang", "fp8", 0.83, 26000), ("vllm", "fp8", 0.81, 25000),
+                                ("vllm", "none", 0.84, 20000), ("sglang", "none", 0.9, 19000),
+                                ("sglang", "fp8", 0.86, 25900)]]
+    pick = {"engine": "sglang", "quantization": "fp8", "gpu_memory_utilization": 0.93}
+    groups = [(p.params["engine"], p.params["quantization"]) for p in seeds(preds, 3, covered=[pick])]
+    assert groups == [("vllm", "fp8"), ("vllm", "none"), ("sglang", "none")]
+    assert seeds(preds, 1, covered=[pick])[0].value == 25000
+    assert seeds(preds, 1)[0].value == 26000    # nothing covered: the best of every group
