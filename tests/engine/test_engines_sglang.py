@@ -9,9 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import DATA, seeded_weights_copy
+from tests.helpers import seeded_weights_copy
 from tuner.configs.translate import build_plan
-from tuner.engines.failures import classify_exit
 from tuner.engines.spec import load_engine
 from tuner.paths import cache_dir
 from tuner.runtime.launcher import start, wait_ready
@@ -20,7 +19,6 @@ from tuner.space import EngineChoice, load_space
 from tuner.trial.runner import run_trial
 
 VERSION = "0.5.5.post1"
-LOGS = DATA / "logs"
 PROMPT = "def main():\n    print("
 @pytest.fixture(scope="module")
 def sglang_python() -> Path:
@@ -120,12 +118,3 @@ def test_sglang_refusal_is_classified(sglang_python, weighted_model, tmp_path):
     assert outcome.failure is not None
     assert outcome.failure.failure_class == "invalid-config"
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in outcome.failure.evidence
-
-
-@pytest.mark.parametrize("log", sorted(LOGS.glob("sglang-*.log")), ids=lambda p: p.stem)
-def test_real_sglang_logs(log):
-    """The refusals captured from the real CPU server; the file name says the expected class."""
-    expected = "-".join(log.stem.removeprefix(f"sglang-{VERSION}-cpu-").split("-", 2)[:2])
-    failure = classify_exit(load_engine("sglang"), log.read_text(), 1)
-    assert failure.failure_class == expected
-    assert failure.evidence
