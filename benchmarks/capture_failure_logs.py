@@ -5,6 +5,8 @@ tuner's signatures give it, and keeps the log's last lines as ``<prefix>-<case>.
 Run: .venv/bin/python benchmarks/capture_failure_logs.py                       (vLLM CPU, cpu-smoke)
      python3 -m benchmarks.capture_failure_logs --gpu [CASE ...]                (on the H200 host:
        vLLM 0.25.1 and SGLang 0.5.17 from their folders, h200-vllm / h200-sglang)
+On the GPU host a case whose log is already kept is not launched again, so the script runs early for
+the engine installed first (while the other's kit is still being carried) and once more at the end.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ GPU_CASES = {
     },
     "sglang": {
         "out-of-memory-gpu-held": {"_hold_gib": 100},
+        # SGLang does not refuse a context longer than its KV pool (it caps the request length);
+        # it refuses an empty pool: 0.2 of the H200 is 28 GiB, about the weights alone.
+        "kv-cache-too-small": {"gpu_memory_utilization": 0.2, "cuda_graphs": False},
         "unsupported-quantization-awq": {"quantization": "awq"},
     },
 }
@@ -59,12 +64,16 @@ KEEP_LINES = 60
 START_S = 300
 
 
-def capture(space_name: str, engine: str, cases: dict[str, dict], prefix: str, names: list[str]) -> None:
+def capture(space_name: str, engine: str, cases: dict[str, dict], prefix: str, names: list[str],
+            *, keep_kept: bool = False) -> None:
     space = load_space(space_name)
     spec = load_engine(engine)
     OUT.mkdir(parents=True, exist_ok=True)
     for name in names or list(cases):
         if name not in cases:
+            continue
+        if keep_kept and (OUT / f"{prefix}-{name}.log").is_file():
+            print(f"{engine} {name}: log already kept; not launched again", flush=True)
             continue
         knobs = {k: v for k, v in cases[name].items() if not k.startswith("_")}
         plan = build_plan(spec, space.engines[engine], space.model, knobs, port=procgroup.free_port())
@@ -107,7 +116,7 @@ def main(args: list[str]) -> None:
             if not (folder / installed.RECORD).is_file():
                 print(f"{engine}: not installed at {folder}; its cases are skipped", flush=True)
                 continue
-            capture(space_name, engine, GPU_CASES[engine], prefix, args[1:])
+            capture(space_name, engine, GPU_CASES[engine], prefix, args[1:], keep_kept=True)
     else:
         capture("cpu-smoke", "vllm", CPU_CASES, "vllm-0.32.0-cpu", args)
 
