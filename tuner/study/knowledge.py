@@ -123,8 +123,9 @@ def save_predictions(space: Space, path: Path, *, seed: int = 0) -> Knowledge:
     carry the model's package at all."""
     found = model_predictions(space, seed=seed)
     if not found.predictions:
-        raise InputError(f"space {space.name!r}: the model predicted no config (see `tune plan --estimate`), "
-                         "nothing to save")
+        reasons = [why for source in found.sources for why in source.get("unsupported", {})]
+        why = f": {reasons[0]}" if reasons else " (see `tune plan --estimate`)"
+        raise InputError(f"space {space.name!r}: the model predicted no config{why}; nothing to save")
     doc = {"format": PREDICTIONS_FORMAT, "space": space.name, "metric": space.objective.metric,
            "engines": sorted(space.engines), **found.to_attr()}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")

@@ -68,3 +68,13 @@ def test_plan_saves_them_and_refuses_a_space_without_a_prior(qwen3_14b: Path, tm
     no_prior.write_text(yaml.safe_dump(data))
     proc = run_tune("plan", "--space", str(no_prior), "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
     assert proc.returncode == 2 and "has no prior: section" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_no_prediction_at_all_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The space's model folder not written yet (`tune model tiny` not run): the refusal names the
+    checkpoint the model could not read, and no file is written."""
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "empty-cache"))
+    path = tmp_path / "prior.json"
+    with pytest.raises(InputError, match=r"predicted no config: .*config\.json .*qwen3-14b-shape"):
+        save_predictions(load_space("h200-vllm"), path)
+    assert not path.exists()
