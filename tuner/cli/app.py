@@ -294,6 +294,9 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
         return False
     ua = best.first.user_attrs
     spread = f" (median of {best.n}, MAD {best.mad:,.2f})" if best.n > 1 else ""
+    if best.n == 1 and best.first.number in results.confirm_pending(handle.study):
+        spread = (f" (measured once: its `tune confirm` repeats did not finish; "
+                  f"`tune resume {handle.name}` runs them)")
     console.print(f"\n[bold]best[/]: trial {best.first.number} ({best.arm}) {metric} = "
                   f"[bold green]{best.median:,.2f}[/]{spread}", highlight=False)
     console.print("config: " + ", ".join(f"{k}={v}" for k, v in best.params.items()), highlight=False)
@@ -305,16 +308,18 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
                   highlight=False)
     if handle.space.quality is not None:
         console.print(f"quality: {results.quality_summary(ua.get(schema.QUALITY))}", highlight=False)
-    base = results.baseline_config(handle.study)
-    if base is None:
+    fallback = results.baseline_config(handle.study)
+    bases = results.baseline_configs(handle.study) or ([fallback] if fallback else [])
+    if not bases:
         console.print("no feasible baseline to compare with")
-    elif base.first.number == best.first.number:
-        console.print(f"the baseline {base.arm} is the best config measured: "
-                      "no searched config beat it", highlight=False)
-    else:
-        g = results.gain(best, base)
-        console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
-                      f"{g.describe()}", highlight=False)
+    for base in bases:
+        if base.first.number == best.first.number:
+            console.print(f"the baseline {base.arm} is the best config measured: "
+                          "no searched config beat it", highlight=False)
+        else:
+            g = results.gain(best, base)
+            console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
+                          f"{g.describe()}", highlight=False)
     pick = results.model_pick(handle.study)
     if pick is not None:
         console.print(pick.describe(handle.space.objective.direction == "maximize"), highlight=False)

@@ -84,14 +84,26 @@ def group_configs(study: optuna.Study) -> list[ConfigStats]:
 def best_config(study: optuna.Study) -> ConfigStats | None:
     """The config to recommend: the best median. Once `tune confirm` has repeated configs, only
     repeated ones compete: a single lucky launch must not beat a median of several (seen in the
-    head-to-head with vLLM's sweep, docs/vs-vllm-sweep.md, where load drifted between launches)."""
+    head-to-head with vLLM's sweep, docs/vs-vllm-sweep.md, where load drifted between launches).
+    A config whose repeats were queued but are not all measured yet (the confirm was stopped) still
+    competes: on the H200 a stay ended while the best config's repeat ran, and the repeated
+    baselines would otherwise have been recommended over a config a third faster."""
     groups = group_configs(study)
     if not groups:
         return None
-    repeated = [g for g in groups if g.n > 1]
+    pending = confirm_pending(study)
+    repeated = [g for g in groups if g.n > 1 or g.first.number in pending]
     groups = repeated or groups
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     return max(groups, key=lambda g: g.median if maximize else -g.median)
+
+
+def confirm_pending(study: optuna.Study) -> set[int]:
+    """First trials of the configs whose `tune confirm` repeats are queued, running, or were
+    interrupted: `tune resume` still measures them."""
+    return {t.user_attrs[schema.REPEAT_OF] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING, TrialState.FAIL))
+        if schema.REPEAT_OF in t.user_attrs}
 
 
 def baseline_config(study: optuna.Study) -> ConfigStats | None:
@@ -100,6 +112,15 @@ def baseline_config(study: optuna.Study) -> ConfigStats | None:
     groups = [g for g in group_configs(study) if g.arm != "search"]
     return min(groups, key=lambda g: (g.arm == schema.QUALITY_REFERENCE_ARM, g.first.number),
                default=None)
+
+
+def baseline_configs(study: optuna.Study) -> list[ConfigStats]:
+    """Every baseline arm's measurements (each engine's defaults in a cross-engine study), in the
+    order they first ran: a pick is judged against each. The model's pick and the quality reference
+    are controls, not baselines."""
+    controls = (schema.SEARCH, schema.MODEL_PICK_ARM, schema.QUALITY_REFERENCE_ARM)
+    return sorted((g for g in group_configs(study) if g.arm not in controls),
+                  key=lambda g: g.first.number)
 
 
 def describe_quality(record: dict | None) -> str:
@@ -188,7 +209,7 @@ class ModelPick:
                 f"{'below' if maximize else 'above'} the best found")
 
 
-def model_pick(study: optuna.Study, arm: str = "model-pick") -> ModelPick | None:
+def model_pick(study: optuna.Study, arm: str = schema.MODEL_PICK_ARM) -> ModelPick | None:
     best = best_config(study)
     groups = [g for g in group_configs(study) if g.arm == arm]
     if best is None or not groups:

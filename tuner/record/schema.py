@@ -25,6 +25,7 @@ QUALITY_REFERENCE = "quality_reference"  # the reference arm's probe answers, co
 ARM = "arm"                        # "search", or a baseline's name
 SEARCH = "search"
 QUALITY_REFERENCE_ARM = "quality-reference"  # the arm whose answers the quality probe compares with
+MODEL_PICK_ARM = "model-pick"      # the performance model's own top config, launched as a control
 ENGINE = "engine"
 OMIT = "omit"                      # knobs left to the engine's defaults
 KNOBS = "knobs"

@@ -31,7 +31,7 @@ from tuner.space import ENGINE_PARAM, Space
 from tuner.space.suggest import sample_configs
 from tuner.study.prior import Prediction, config_key, seeds
 
-MODEL_PICK = "model-pick"
+MODEL_PICK = schema.MODEL_PICK_ARM
 
 
 @dataclass

@@ -153,3 +153,25 @@ def test_once_configs_are_repeated_a_single_lucky_launch_is_not_recommended():
                                                   constraints={schema.ENGINE_START: 0.0}))
     best = results.best_config(study)
     assert best.params == {"x": 1} and best.n == 3 and best.median == 850.0
+
+
+@pytest.mark.parametrize("repeat_state", [optuna.trial.TrialState.WAITING,
+                                          optuna.trial.TrialState.FAIL])
+def test_a_config_whose_confirm_was_cut_short_still_competes(repeat_state):
+    """The third H200 stay ended while the best config's `tune confirm` repeat ran: the repeated
+    baselines must not be recommended over it, while a config no repeat was queued for still does
+    not compete with repeated ones."""
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.CategoricalDistribution([1, 2])}
+    for arm, x, value, repeat_of in (("defaults", 1, 7687.0, None), ("pick", 2, 10435.0, None),
+                                     ("defaults", 1, 7871.0, 0)):
+        attrs = {schema.ARM: arm, **({schema.REPEAT_OF: repeat_of} if repeat_of is not None else {})}
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist, value=value,
+                                                  user_attrs=attrs,
+                                                  constraints={schema.ENGINE_START: 0.0}))
+    assert results.best_config(study).params == {"x": 1}   # the confirm never queued x=2's repeat
+    study.add_trial(optuna.trial.create_trial(
+        params={"x": 2}, distributions=dist, state=repeat_state,
+        user_attrs={schema.ARM: "pick", schema.REPEAT_OF: 1, schema.INTERRUPTED: True}))
+    best = results.best_config(study)
+    assert best.params == {"x": 2} and best.n == 1 and results.confirm_pending(study) == {1}
