@@ -99,11 +99,12 @@ def best_config(study: optuna.Study) -> ConfigStats | None:
 
 
 def confirm_pending(study: optuna.Study) -> set[int]:
-    """First trials of the configs whose `tune confirm` repeats are queued, running, or were
-    interrupted: `tune resume` still measures them."""
-    return {t.user_attrs[schema.REPEAT_OF] for t in study.get_trials(
-        deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING, TrialState.FAIL))
-        if schema.REPEAT_OF in t.user_attrs}
+    """First trials of the configs whose `tune confirm` repeats are queued, running, or failed in
+    a way `tune resume` retries: it still measures them."""
+    trials = study.get_trials(deepcopy=False)
+    open_ = [t for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)]
+    return {t.user_attrs[schema.REPEAT_OF] for t in open_ + schema.awaiting_retry(trials)
+            if schema.REPEAT_OF in t.user_attrs}
 
 
 def baseline_config(study: optuna.Study) -> ConfigStats | None:

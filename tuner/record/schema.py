@@ -6,7 +6,7 @@ these names, so a key is renamed in one place and a trial's status is derived on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
@@ -97,6 +97,14 @@ def launched(t: FrozenTrial) -> bool:
 
 def is_feasible(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
+
+
+def awaiting_retry(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """The FAIL trials that `tune resume` re-queues: each interrupted or broken trial once, a retry
+    never (a retry that fails too is given up)."""
+    retried = {t.user_attrs.get(RETRY_OF) for t in trials}
+    return [t for t in trials if t.state == TrialState.FAIL and t.number not in retried
+            and RETRY_OF not in t.user_attrs]
 
 
 def status_of(state: TrialState, user_attrs: Mapping[str, Any],

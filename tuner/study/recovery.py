@@ -53,13 +53,11 @@ def recover(handle: StudyHandle) -> list[str]:
         study._storage.set_trial_user_attr(t._trial_id, schema.INTERRUPTED, True)
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         notes.append(f"trial {t.number} was running when its tuner process died: marked FAIL")
-    trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get(schema.RETRY_OF) for t in trials}
-    for t in trials:
-        if t.state != TrialState.FAIL or t.number in retried or schema.RETRY_OF in t.user_attrs:
-            continue
+    for t in schema.awaiting_retry(study.get_trials(deepcopy=False)):
         attrs = {schema.RETRY_OF: t.number}
-        attrs.update({k: t.user_attrs[k] for k in (schema.ARM, schema.ENGINE, schema.OMIT) if k in t.user_attrs})
+        # A retried `tune confirm` repeat is still that repeat (tune best: confirm_pending).
+        attrs.update({k: t.user_attrs[k] for k in (schema.ARM, schema.ENGINE, schema.OMIT, schema.REPEAT_OF)
+                      if k in t.user_attrs})
         study.enqueue_trial(t.params, user_attrs=attrs)
         why = "was interrupted" if t.user_attrs.get(schema.INTERRUPTED) else "failed in the tuner"
         notes.append(f"trial {t.number} {why}: re-queued")

@@ -175,3 +175,33 @@ def test_a_config_whose_confirm_was_cut_short_still_competes(repeat_state):
         user_attrs={schema.ARM: "pick", schema.REPEAT_OF: 1, schema.INTERRUPTED: True}))
     best = results.best_config(study)
     assert best.params == {"x": 2} and best.n == 1 and results.confirm_pending(study) == {1}
+    if repeat_state == optuna.trial.TrialState.FAIL:
+        # `tune resume` retries a failed repeat once (the retry stays that repeat); a retry that
+        # fails too is given up, and the config is unconfirmed for good
+        study.add_trial(optuna.trial.create_trial(
+            params={"x": 2}, distributions=dist, state=repeat_state,
+            user_attrs={schema.ARM: "pick", schema.REPEAT_OF: 1, schema.RETRY_OF: 3}))
+        assert results.confirm_pending(study) == set()
+        assert results.best_config(study).params == {"x": 1}
+
+
+def test_resume_retries_an_interrupted_repeat_as_that_repeat():
+    """`tune resume` re-queues the repeat `tune confirm` lost, and the retry is still the
+    repeat of its config, so tune best keeps the config in the running until it is measured."""
+    from tuner.study.lifecycle import StudyHandle
+    from tuner.study.recovery import recover
+
+    study = optuna.create_study(direction="maximize")
+    dist = {"x": optuna.distributions.CategoricalDistribution([1, 2])}
+    study.add_trial(optuna.trial.create_trial(params={"x": 2}, distributions=dist, value=10435.0,
+                                              user_attrs={schema.ARM: "pick"},
+                                              constraints={schema.ENGINE_START: 0.0}))
+    study.add_trial(optuna.trial.create_trial(
+        params={"x": 2}, distributions=dist, state=optuna.trial.TrialState.FAIL,
+        user_attrs={schema.ARM: "pick", schema.REPEAT_OF: 0, schema.INTERRUPTED: True}))
+    notes = recover(StudyHandle(study, None, "sqlite:///:memory:"))
+    assert notes == ["trial 1 was interrupted: re-queued"]
+    (retry,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert retry.user_attrs[schema.RETRY_OF] == 1 and retry.user_attrs[schema.REPEAT_OF] == 0
+    assert results.confirm_pending(study) == {0}
+    assert recover(StudyHandle(study, None, "sqlite:///:memory:")) == []   # once
