@@ -209,6 +209,16 @@ def run(state: Path) -> int:
         if life is None:  # not a server's failure: stop rather than loop
             print(f"the sweep exited {code} with no server up: not a config's refusal", flush=True)
             return code or 1
+        measured = any((state / "out" / EXPERIMENT).glob("*/run=*.json"))
+        if not measured and (life.ready is not None or refused):
+            # Nothing measured yet and a server came up, or a second config failed too: the
+            # client or the engine's install is more likely at fault than the configs, and
+            # dropping configs one by one would burn the stay.
+            print(f"the sweep exited {code} before any run was measured "
+                  f"({'in its first benchmark' if life.ready is not None else 'a second server failed'}): "
+                  "more likely the bench command or the install than the config; see sweep.log",
+                  flush=True)
+            return code or 1
         refused.append({"config": life.config, "began": life.begin, "failed": lines[-1][0],
                         "runs_measured": len(life.measured),
                         "error": [t for at, t in lines if at >= life.begin][-40:]})

@@ -14,7 +14,8 @@
 #   bash benchmarks/gpu_vllm_sweep.sh stage      # carry: the rest of .kits/vllm-0.25.1, .whl (this call may go on to start)
 #   bash benchmarks/gpu_vllm_sweep.sh start [--axes knob=v1,v2 ...] [--num-runs N]
 #        # install, plan, the sweep in the background; a later stay carries .gpu-state/vllm-sweep.tar.gz
-#        # (the previous stay's $OUT) and `start` resumes it
+#        # and .gpu-state/engine-caches.tar.gz.NN (the previous stay's $OUT: its state and compile
+#        # caches) and `start` resumes it
 #   bash benchmarks/gpu_vllm_sweep.sh poll [S]   # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_vllm_sweep.sh finish     # stop the sweep, its state into $OUT/vllm-sweep.tar.gz
 #   bash benchmarks/gpu_vllm_sweep.sh fidelity   # (no sweep running) -> $OUT/fidelity-h200.json
@@ -36,6 +37,11 @@ start)
   if [ -f .gpu-state/vllm-sweep.tar.gz ] && [ ! -f "$SWEEP/plan.json" ]; then
     tar -xzf .gpu-state/vllm-sweep.tar.gz -C "$STATE" || exit 1
     stamp "resuming: $(python3 -m benchmarks.gpu_vllm_sweep progress --state "$SWEEP")"
+  fi
+  if ls .gpu-state/engine-caches.tar.gz.* > /dev/null 2>&1 && [ ! -f "$STATE/.caches-carried" ]; then
+    cat .gpu-state/engine-caches.tar.gz.* | tar -xzf - -C "$TUNER_CACHE" \
+      && touch "$STATE/.caches-carried" \
+      && stamp "the previous stay's compile caches: $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1)"
   fi
   python3 -m benchmarks.gpu_vllm_sweep plan --state "$SWEEP" "${@:2}" || exit 1
   setsid python3 -m benchmarks.gpu_vllm_sweep run --state "$SWEEP" > "$STATE/runner.log" 2>&1 < /dev/null &
@@ -59,6 +65,13 @@ finish)
   python3 -m benchmarks.gpu_vllm_sweep progress --state "$SWEEP"
   tar -czf "$OUT/vllm-sweep.tar.gz" -C "$STATE" vllm-sweep runner.log 2>/dev/null \
     || tar -czf "$OUT/vllm-sweep.tar.gz" -C "$STATE" vllm-sweep
+  # The compile caches (torch.compile, Inductor, Triton), so that the next stay's launches start
+  # as warm as they would in one long sweep: in parts a returned file may be (16 MiB), 3 at most.
+  tar -czf - -C "$TUNER_CACHE" engine-caches | split -b 15M -d -a 2 - "$OUT/engine-caches.tar.gz."
+  if [ "$(ls "$OUT"/engine-caches.tar.gz.* | wc -l)" -gt 3 ]; then
+    stamp "compile caches $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1): over 3 parts, not kept"
+    rm -f "$OUT"/engine-caches.tar.gz.*
+  fi
   ls -la "$OUT"
   sleep 5; gpu_mem | tee "$OUT/gpu-memory-after.txt"
   ;;

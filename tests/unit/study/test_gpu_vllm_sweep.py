@@ -48,6 +48,9 @@ for c in json.loads(Path(opt("--serve-params")).read_text()):
     for r in range(int(opt("--num-runs"))):
         out = d / f"run={{r}}.json"
         print("[BEGIN BENCHMARK]"); print(f"Run Number: {{r}}"); print(f"Output file: {{out}}")
+        if os.environ.get("FAKE_BENCH_FAILS"):
+            print("ModuleNotFoundError: No module named 'pybase64'")
+            sys.exit(1)
         if out.exists():
             print("Found existing results."); print("[SKIPPED BENCHMARK]")
             runs.append(json.loads(out.read_text())); continue
@@ -152,3 +155,21 @@ def test_a_refused_config_is_dropped_a_stop_keeps_what_ran_and_the_grid_replays(
     run = rm.replay(space, grid, "grid", 0, n_trials=10, hardware_gpu="h200-141gb", table=rm.STRATEGIES)
     assert run.launches == len(grid.points) + len(space.baselines)
     assert run.final == 1.0
+
+
+def test_a_client_that_fails_before_any_run_stops_the_sweep_instead_of_refusing_configs(state):
+    runner = _runner(state, FAKE_BENCH_FAILS="1", FAKE_REFUSE=json.dumps({"max_num_seqs": 7}))
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 1, out
+    assert "in its first benchmark" in out
+    assert not (state / "refused.json").exists()
+    assert len(json.loads((state / "invocations.json").read_text())) == 1
+
+
+def test_two_servers_failing_before_anything_is_measured_stop_the_sweep(state):
+    runner = _runner(state, FAKE_REFUSE="{}")  # every server crashes: a broken install, say
+    out, _ = runner.communicate(timeout=60)
+    assert runner.returncode == 1, out
+    assert "a second server failed" in out
+    assert len(json.loads((state / "refused.json").read_text())) == 1
+    assert len(json.loads((state / "invocations.json").read_text())) == 2
