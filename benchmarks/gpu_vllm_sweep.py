@@ -1,6 +1,7 @@
-"""`vllm bench sweep serve` on the H200 (issue 22, item 2): the peer's own grid over the h200-vllm
-space, run from the installed vLLM 0.25.1 folder, resumable across device stays, and read back into
-a measured grid that benchmarks/replay_measured.py replays. Run by benchmarks/gpu_vllm_sweep.sh.
+"""`vllm bench sweep serve` on the H200 (issue 22, item 2): the peer's own grid over the
+h200-vllm-grid space, run from the installed vLLM 0.25.1 folder, resumable across device stays,
+and read back into a measured grid that benchmarks/replay_measured.py replays. Run by
+benchmarks/gpu_campaign.sh.
 
 Three subcommands:
 
@@ -40,12 +41,9 @@ from pathlib import Path
 
 from benchmarks.sweep_peer import Life, config_flags, follow, lives, read_log, stop_tree
 
-SPACE = "h200-vllm"
-# 2 x 2 x 2 x 2 = 16 configs: online FP8 and FP8 KV cache (the knobs that moved the H200 runs most,
-# gpu-engines.md), max_num_seqs at its default 1024 and at 256, max_num_batched_tokens at its default
-# 8192 and at 16384 (FP8 with larger batch tokens was the fastest there); the defaults are one point.
-AXES = {"quantization": ["none", "fp8"], "kv_cache_dtype": ["auto", "fp8"],
-        "max_num_seqs": [256, 1024], "max_num_tokens": [8192, 16384]}
+# The grid is the space's: every combination of its choices (16 configs, the reasons in its file),
+# the same candidates `tune start --space h200-vllm-grid` searches in the head-to-head.
+SPACE = "h200-vllm-grid"
 EXPERIMENT = "grid"
 RUNNER = "[RUNNER]"
 
@@ -53,8 +51,9 @@ RUNNER = "[RUNNER]"
 # ---- plan (on the host, with the tuner) --------------------------------------------------------
 
 def parse_axes(given: list[str], params: dict) -> dict[str, list]:
-    """``knob=v1,v2`` strings as axes, each value typed as the space's param takes it."""
-    axes = dict(AXES)
+    """``knob=v1,v2`` strings as axes, each value typed as the space's param takes it; none given:
+    every choice of every param."""
+    axes = {knob: list(p.choices or []) for knob, p in params.items()}
     if given:
         axes = {}
         for item in given:
@@ -280,7 +279,7 @@ def convert(state: Path) -> dict:
                            "launched_with": {**plan["fixed"], **c["knobs"]}, "launches": launches})
     wall = sum(i["end"] - i["start"] for i in invocations)
     return {
-        "meta": {"what": "vllm bench sweep serve (vLLM's own tuner) over a grid of the h200-vllm space on one "
+        "meta": {"what": f"vllm bench sweep serve (vLLM's own tuner) over the grid of the {plan['space']} space on one "
                          "H200, read back by benchmarks/gpu_vllm_sweep.py convert",
                  "engine": "vllm", "engine_version": plan["engine_version"], "gpu": "h200-141gb",
                  "launch_space": plan["space"], "model_shape": "Qwen3-14B",
@@ -302,8 +301,8 @@ def convert(state: Path) -> dict:
 def replay_space_doc(plan: dict) -> dict:
     """The space the replay runs on this grid: the launch space with its vLLM params replaced by
     the grid's axes (categorical, each at the space's default), the others left to the engine's
-    defaults as the sweep leaves them; no defaults baseline unless the defaults are on the axes,
-    and the default prior settings (h200-vllm has no prior: section)."""
+    defaults as the sweep leaves them; no defaults baseline unless the defaults are on the axes;
+    the space's prior settings (the estimator's defaults where it has none)."""
     from tuner.space import load_space
 
     raw = load_space(plan["space"]).model_dump(mode="json", exclude_none=True)
@@ -314,7 +313,8 @@ def replay_space_doc(plan: dict) -> dict:
                       for k, v in plan["axes"].items()}
     if not all(defaults.get(k) in v for k, v in plan["axes"].items()):
         raw["baselines"] = []
-    raw.update(name=f"{plan['space']}-grid", prior={"estimator": "aiconfigurator", "gpu": "h200-141gb"})
+    raw.update(name=f"{plan['space']}-replay",
+               prior=raw.get("prior") or {"estimator": "aiconfigurator", "gpu": "h200-141gb"})
     return raw
 
 
@@ -345,8 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--state", type=Path, required=True)
     sub.choices["plan"].add_argument("--space", default=SPACE)
     sub.choices["plan"].add_argument("--axes", nargs="*", default=[],
-                                     help="knob=v1,v2 ... (default: " + " ".join(
-                                         f"{k}={','.join(map(str, v))}" for k, v in AXES.items()) + ")")
+                                     help="knob=v1,v2 ... (default: every choice of the space's params)")
     sub.choices["plan"].add_argument("--num-runs", type=int, default=3, help="the sweep's own default")
     sub.choices["plan"].add_argument("--port", type=int, default=8321)
     sub.choices["convert"].add_argument("--out", type=Path, required=True)

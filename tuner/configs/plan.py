@@ -20,7 +20,7 @@ from tuner.engines.hardware import Hardware
 from tuner.engines.spec import load_engine
 from tuner.estimate import Estimate, Estimator
 from tuner.space import ENGINE_PARAM, Scalar, Space, arms, baseline_params
-from tuner.space.suggest import sample_configs
+from tuner.space.suggest import candidate_configs, sample_configs
 
 PLAN_PORT = 8000  # the real port is picked per trial
 _MAX_DRAWS_PER_SAMPLE = 20
@@ -93,7 +93,7 @@ def _with_estimates(space: Space, hardware: Hardware, ep: EnginePlan, estimator:
     modelled = getattr(estimator, "modelled", None)
     pinned = {k: p.default for k, p in space.engines[ep.engine].params.items()
               if modelled is not None and k not in modelled and p.default is not None}
-    for _, knobs in sample_configs(space, ep.engine, candidates, seed + 1, fixed=pinned):
+    for _, knobs in candidate_configs(space, ep.engine, candidates, seed + 1, fixed=pinned):
         c = estimated(_planned(space, hardware, "predicted", ep.engine, knobs, ()))
         value = None if c.estimate is None else objective_value(c.estimate, metric)
         if value is not None:

@@ -28,7 +28,7 @@ from tuner.files import read_text, write_atomic
 from tuner.estimate import get_estimator
 from tuner.record import schema
 from tuner.space import ENGINE_PARAM, Space
-from tuner.space.suggest import sample_configs
+from tuner.space.suggest import candidate_configs
 from tuner.study.prior import Prediction, config_key, seeds
 
 MODEL_PICK = schema.MODEL_PICK_ARM
@@ -88,7 +88,7 @@ def model_predictions(space: Space, *, seed: int = 0) -> Knowledge:
         modelled = getattr(estimator, "modelled", None)
         pinned = {k: p.default for k, p in choice.params.items()
                   if modelled is not None and k not in modelled and p.default is not None}
-        configs = sample_configs(space, engine, prior.candidates, seed, fixed=pinned)
+        configs = candidate_configs(space, engine, prior.candidates, seed, fixed=pinned)
         for params, knobs in configs:
             key = config_key(params)
             if key in seen:

@@ -45,3 +45,16 @@ def test_every_bundled_space_loads() -> None:
             load_space(path.stem)
         except InputError as exc:
             pytest.fail(f"{path.name}: {exc}")
+
+
+def test_a_small_discrete_space_is_asked_about_every_config_and_a_large_one_about_n_draws() -> None:
+    from tuner.space.suggest import candidate_configs
+
+    grid = load_space("h200-vllm-grid")
+    configs = candidate_configs(grid, "vllm", 16)
+    assert len({tuple(sorted(p.items())) for p, _ in configs}) == 16   # random draws gave 6
+    pinned = candidate_configs(grid, "vllm", 16, fixed={"kv_cache_dtype": "auto"})
+    assert len(pinned) == 8 and {k["kv_cache_dtype"] for _, k in pinned} == {"auto"}
+    assert len(candidate_configs(grid, "vllm", 15)) == 15               # more configs than asked
+    wide = load_space("h200-vllm")                                      # a float knob: no grid
+    assert len(candidate_configs(wide, "vllm", 16)) == 16
