@@ -7,10 +7,14 @@ space is the one stored in the study, its model a local folder with the same con
 script writes the published shape there when it is missing).
 
 Repeats of one config (``tune confirm``) are one row, measured as their median: sigma is the spread
-between configs, not between launches.
+between configs, not between launches. ``--grid`` adds a measured grid (the peer's sweep on the
+H200, benchmarks/gpu_vllm_sweep.py convert), its runs of a config one row likewise; the gap is
+given over everything and per source.
 
     .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz \\
         docs/results/h200-vllm.tar.gz --gpu h200-141gb --out benchmarks/data/reality-gap-h200.json
+    .venv/bin/python benchmarks/calibrate.py --grid benchmarks/data/grid-vllm-h200.json --gpu h200-141gb \
+        --out benchmarks/data/reality-gap-h200-sweep.json
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tuner.engines.hardware import profile
 from tuner.estimate import get_estimator
 from tuner.record import schema
 from tuner.record.transfer import import_study
+from tuner.space import load_space
 from tuner.study import lifecycle
 from tuner.study.prior import spearman
 
@@ -52,6 +57,29 @@ def measured_configs(handle: lifecycle.StudyHandle) -> list[dict]:
     return list(rows.values())
 
 
+def grid_configs(path: Path) -> tuple[str, str, list[dict]]:
+    """A measured grid's configs (benchmarks/gpu_vllm_sweep.py convert: `vllm bench sweep serve`'s
+    own runs): the space it launched, its engine, and per config every run of its launches that
+    started, as one row measured as their median."""
+    doc = json.loads(path.read_text())
+    meta, rows = doc["meta"], []
+    for point in doc["points"]:
+        runs = [r["value"] for launch in point["launches"] if launch["ok"] for r in launch["full"]]
+        if runs:
+            rows.append({"study": f"sweep:{path.stem}", "trials": [], "arm": "search",
+                         "engine": meta["engine"], "knobs": dict(point["launched_with"]),
+                         "runs": runs, "measured": statistics.median(runs)})
+    return meta["launch_space"], meta["engine"], rows
+
+
+def ensure_shape(model: Path) -> None:
+    """The H200 spaces' model folder with the published Qwen3-14B config.json, when missing here."""
+    if not (model / "config.json").exists():
+        from tuner import tiny_model
+        from tuner.engines.model_config import published_shape
+        tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
+
+
 def gap(rows: list[dict]) -> dict:
     """Per engine: n, bias, sigma and rho over the configs that got a prediction."""
     out = {}
@@ -70,7 +98,9 @@ def gap(rows: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("archives", type=Path, nargs="+", help="`tune export` archives")
+    ap.add_argument("archives", type=Path, nargs="*", help="`tune export` archives")
+    ap.add_argument("--grid", type=Path, action="append", default=[],
+                    help="a measured grid (benchmarks/gpu_vllm_sweep.py convert), repeatable")
     ap.add_argument("--gpu", required=True, help="the hardware profile the study ran on (e.g. h200-141gb)")
     ap.add_argument("--estimator", default="aiconfigurator")
     ap.add_argument("--out", type=Path, required=True)
@@ -82,18 +112,27 @@ def main() -> None:
             name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
             handle = lifecycle.load(name, url)
             names.append(name)
-            model = Path(handle.space.model.resolved_path())
-            if not (model / "config.json").exists():
-                from tuner import tiny_model
-                from tuner.engines.model_config import published_shape
-                tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
+            ensure_shape(Path(handle.space.model.resolved_path()))
             for r in measured_configs(handle):
                 est = predict(estimator, handle.space, r["engine"], r["knobs"], hardware)
                 r["predicted"] = objective_value(est, handle.space.objective.metric)
                 r["unsupported"] = est.unsupported
                 r["notes"] = list(est.notes)
                 rows.append(r)
-    doc = {"studies": names, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows)}
+    for path in args.grid:
+        space_name, engine, found = grid_configs(path)
+        space = load_space(space_name)
+        ensure_shape(Path(space.model.resolved_path()))
+        names.append(f"sweep:{path.stem}")
+        for r in found:
+            est = predict(estimator, space, engine, r["knobs"], hardware)
+            r.update(predicted=objective_value(est, space.objective.metric), unsupported=est.unsupported,
+                     notes=list(est.notes))
+            rows.append(r)
+    if not rows:
+        ap.error("no measured config: give `tune export` archives or --grid files")
+    doc = {"studies": names, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows),
+           "by_source": {n: gap([r for r in rows if r["study"] == n]) for n in names}}
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print("| study | trials | arm | engine | knobs | measured (median) | predicted | measured/predicted |")
     print("|---|---|---|---|---|---|---|---|")
@@ -103,8 +142,10 @@ def main() -> None:
         pred = f"{r['predicted']:,.0f}" if r["predicted"] else "-"
         trials = ", ".join(map(str, r["trials"]))
         print(f"| {r['study']} | {trials} | {r['arm']} | {r['engine']} | {knobs} | {r['measured']:,.0f} | {pred} | {ratio} |")
-    for engine, g in doc["gap"].items():
-        print(f"{engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} rho={g['spearman_rho']}")
+    for source, by_engine in [("all", doc["gap"]), *doc["by_source"].items()]:
+        for engine, g in by_engine.items():
+            print(f"{source} {engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} "
+                  f"rho={g['spearman_rho']}")
 
 
 if __name__ == "__main__":

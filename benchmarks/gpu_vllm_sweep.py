@@ -129,14 +129,21 @@ def make_plan(space_name: str, axes_given: list[str], *, num_runs: int, port: in
              "--dataset-name", wl.dataset, "--num-prompts", str(wl.num_prompts),
              "--request-rate", str(wl.request_rate), "--seed", str(wl.seed),
              "--ignore-eos", "--temperature", "0"]  # tune's client: ignore_eos, greedy
+    at = bench.index("--dataset-name") + 2
     if wl.dataset_path:
-        bench[bench.index("--dataset-name") + 2:bench.index("--dataset-name") + 2] = [
-            "--dataset-path", expand(wl.dataset_path)]
-    folder = Path(expand(choice.install))
+        bench[at:at] = ["--dataset-path", expand(wl.dataset_path)]
+    elif wl.dataset == "random":
+        bench[at:at] = ["--random-input-len", str(wl.random_input_len),
+                        "--random-output-len", str(wl.random_output_len)]
+    folder = Path(expand(choice.install)) if choice.install else None   # else a command (tests)
     return {"space": space.name, "workload": wl.model_dump(mode="json"),
             "objective": space.objective.metric, "direction": space.objective.direction,
-            "engine_version": read_record(folder).version, "folder": str(folder),
+            "engine_version": read_record(folder).version if folder else None,
+            "folder": str(folder) if folder else None,
             "serve_cmd": base.argv, "bench_cmd": bench, "env": base.env, "port": port,
+            # the engine's defaults as tune's baseline launches them (no knob, no fixed knob): the
+            # judge's defaults arm (benchmarks/gpu_judge.py)
+            "defaults_cmd": build_plan(spec, choice, space.model, {}, port=port).argv,
             "num_runs": num_runs, "ready_timeout_s": int(choice.startup_timeout_s or 300),
             "axes": axes, "fixed": dict(choice.fixed), "configs": configs,
             "planned": datetime.now(timezone.utc).isoformat(timespec="seconds")}

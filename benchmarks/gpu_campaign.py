@@ -1,0 +1,237 @@
+"""The H200 runs of issue 22 that do not fit one 30-minute stay, as one queue of resumable steps:
+each stay's background process works down the queue, `finish` stops it and carries the state (and
+the tune studies, by `tune export`) back, and the next stay imports them and goes on where it
+stopped. Run by benchmarks/gpu_campaign.sh, which also says what each call carries.
+
+The steps, in order (a step is done once its command exits 0; a stopped step runs again, resumed):
+
+- ``sweep``: `vllm bench sweep serve` over h200-vllm-grid (benchmarks/gpu_vllm_sweep.py run);
+- ``fidelity``: tune's client against `vllm bench serve` on one server (benchmarks/fidelity.py);
+- ``prior-25``: `tune start --space h200-vllm-grid --prior-file P -n 4` (study h2h-prior): 25 % of
+  the grid's 16 launches, the defaults baseline included; ``prior-25-confirm``: `tune confirm
+  --top-k 1 --repeats 1` and the pick saved; ``prior-50``: `tune resume -n` 4 launches more, to 50 %;
+  ``prior-50-confirm``. The 50 % study is the 25 % one continued, so its wall-clock includes the
+  first confirm: a cost counted against tune, and half the GPU time of two separate studies;
+- ``noprior-25`` ... ``noprior-50-confirm``: the same without the prior (study h2h-noprior);
+- ``judge``: the independent judge (benchmarks/gpu_judge.py).
+
+Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
+wall-clocks are sums of those, without the gaps between stays.
+
+    python3 -m benchmarks.gpu_campaign run --state S [--prior-file P] [--only STEP ...]
+    python3 -m benchmarks.gpu_campaign status --state S
+    python3 -m benchmarks.gpu_campaign pick --study NAME --out FILE     (tune's recommendation)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SPACE = "h200-vllm-grid"
+GRID_LAUNCHES = 16
+BUDGETS = (25, 50)
+VARIANTS = ("prior", "noprior")
+TUNE = [sys.executable, "-m", "tuner"]
+
+
+def launches(budget_percent: int) -> int:
+    return GRID_LAUNCHES * budget_percent // 100
+
+
+def study_name(variant: str) -> str:
+    return f"h2h-{variant}"
+
+
+def steps() -> list[str]:
+    out = ["sweep", "fidelity"]
+    for variant in VARIANTS:
+        for budget in BUDGETS:
+            out += [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
+    return out + ["judge"]
+
+
+class Campaign:
+    """The queue's state in one folder: steps.json (each step's runs and markers), the sweep's
+    state, fidelity, picks, the judge's launches and every command's log."""
+
+    def __init__(self, state: Path, prior_file: Path | None = None) -> None:
+        self.state, self.prior_file = state, prior_file
+        self.sweep = state / "vllm-sweep"
+        (state / "logs").mkdir(parents=True, exist_ok=True)
+        (state / "picks").mkdir(exist_ok=True)
+
+    @property
+    def record(self) -> dict:
+        path = self.state / "steps.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def save(self, record: dict) -> None:
+        tmp = self.state / "steps.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(self.state / "steps.json")
+
+    def done(self, step: str) -> bool:
+        return bool(self.record.get(step, {}).get("done"))
+
+    def started(self, step: str) -> bool:
+        return bool(self.record.get(step, {}).get("runs"))
+
+    def commands(self, step: str) -> list[list[str]]:
+        """What the step runs now: its first run's commands, or those that resume it."""
+        if step == "sweep":
+            return [[sys.executable, "-m", "benchmarks.gpu_vllm_sweep", "run", "--state", str(self.sweep)]]
+        if step == "fidelity":
+            return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
+                     "space", "--pairs", "2", "--out", str(self.state / "fidelity-h200.json")]]
+        if step == "judge":
+            return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
+        variant, budget, *confirm = step.split("-")
+        name = study_name(variant)
+        pick = [sys.executable, "-m", "benchmarks.gpu_campaign", "pick", "--study", name,
+                "--out", str(self.state / "picks" / f"{variant}-{budget}.json")]
+        if self.started(step):           # stopped part-way: the study's stored budget says the rest
+            return [[*TUNE, "resume", name], *([pick] if confirm else [])]
+        if confirm:
+            return [[*TUNE, "confirm", name, "--top-k", "1", "--repeats", "1"], pick]
+        if int(budget) == BUDGETS[0]:
+            prior = ["--prior-file", str(self.prior_file)] if variant == "prior" and self.prior_file else []
+            return [[*TUNE, "start", "--space", SPACE, "--study", name, "-n", str(launches(BUDGETS[0])),
+                     *prior]]
+        more = launches(int(budget)) - launches(BUDGETS[0])   # the confirm's launches come on top
+        return [[*TUNE, "resume", name, "-n", str(finished(name) + more)]]
+
+    def run_step(self, step: str) -> int | None:
+        """The step's commands one after another, each into its log; None when stopped."""
+        record = self.record
+        entry = record.setdefault(step, {"runs": [], "done": False})
+        commands = self.commands(step)
+        run = {"start": time.time(), "end": None, "exit_code": None, "host": os.uname().nodename,
+               "commands": commands}
+        entry["runs"].append(run)
+        self.save(record)
+        code: int | None = 0
+        with (self.state / "logs" / f"{step}.log").open("a") as log:
+            for argv in commands:
+                log.write(f"[{time.strftime('%H:%M:%S')}] {' '.join(argv)}\n")
+                log.flush()
+                code = _wait(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+                if code != 0:
+                    break
+        run.update(end=time.time(), exit_code=code)
+        entry["done"] = code == 0
+        self.save(record)
+        return code
+
+
+_stopping = False
+
+
+def _wait(proc: subprocess.Popen) -> int | None:
+    """The command's exit code, or None when SIGTERM came: it is passed on to the command's
+    session (tune stops its engine as on Ctrl-C; the sweep's driver kills its servers)."""
+    while True:
+        try:
+            code = proc.wait(timeout=1)
+            return None if _stopping else code
+        except subprocess.TimeoutExpired:
+            if _stopping:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                return None
+
+
+def finished(study: str) -> int:
+    """Launches the study has finished (what `tune resume -n` counts)."""
+    from tuner.record.storage import default_url
+    from tuner.study import lifecycle
+
+    return lifecycle.finished_count(lifecycle.load(study, default_url(study)).study)
+
+
+def run(campaign: Campaign, only: list[str]) -> int:
+    def stop(*_: object) -> None:
+        global _stopping
+        _stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    for step in steps():
+        if (only and step not in only) or campaign.done(step):
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] step {step}", flush=True)
+        code = campaign.run_step(step)
+        if code is None:
+            print(f"[{time.strftime('%H:%M:%S')}] stopped in {step}", flush=True)
+            return 143
+        if code != 0:
+            print(f"[{time.strftime('%H:%M:%S')}] {step} exited {code}: the queue stops here "
+                  f"(logs/{step}.log)", flush=True)
+            return code
+    print(f"[{time.strftime('%H:%M:%S')}] every step done", flush=True)
+    return 0
+
+
+def status(campaign: Campaign) -> str:
+    record = campaign.record
+    rows = []
+    for step in steps():
+        entry = record.get(step, {})
+        spent = sum((r["end"] or time.time()) - r["start"] for r in entry.get("runs", []))
+        state = "done" if entry.get("done") else "started" if entry.get("runs") else "-"
+        rows.append(f"{step:<18} {state:<8} {len(entry.get('runs', []))} runs {spent:7.0f} s")
+    return "\n".join(rows)
+
+
+def pick(study: str, out: Path) -> dict:
+    """`tune best`'s answer as data: the arm, the config's params, its median, n, and the study's
+    launches so far."""
+    from tuner.record import results
+    from tuner.record.storage import default_url
+    from tuner.study import lifecycle
+
+    handle = lifecycle.load(study, default_url(study))
+    best = results.best_config(handle.study)
+    doc = {"study": study, "launches": lifecycle.finished_count(handle.study),
+           "arm": best.arm if best else None, "params": dict(best.params) if best else None,
+           "median": best.median if best else None, "n": best.n if best else 0,
+           "at": time.time()}
+    out.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--state", type=Path, required=True)
+    r.add_argument("--prior-file", type=Path, default=None)
+    r.add_argument("--only", nargs="*", default=[], choices=steps())
+    s = sub.add_parser("status")
+    s.add_argument("--state", type=Path, required=True)
+    p = sub.add_parser("pick")
+    p.add_argument("--study", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    if args.cmd == "pick":
+        print(json.dumps(pick(args.study, args.out)))
+        return 0
+    campaign = Campaign(args.state, getattr(args, "prior_file", None))
+    if args.cmd == "status":
+        print(status(campaign))
+        return 0
+    return run(campaign, args.only)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

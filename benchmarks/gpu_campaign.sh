@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The H200 head-to-head of issue 22 (items 2, 5 and 6), across as many stays as it takes: vLLM's own
+# tuner (`vllm bench sweep serve` over the h200-vllm-grid space), client fidelity, tune at 25 % and
+# 50 % of the grid's launches with and without the prior, each followed by `tune confirm`, and the
+# independent judge: the queue of benchmarks/gpu_campaign.py, worked down in the background.
+# Results and the commands of each stay: docs/vs-vllm-sweep.md ("GPU (H200)").
+#
+# Prepare here, once (as for gpu_engines_study.sh):
+#   tune engine kit vllm==0.25.1 --trim --split 50M --out .kits/vllm-0.25.1
+#   scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --minimal --out .whl
+#   tune plan --space h200-vllm-grid --gpu h200-141gb --samples 0 \
+#       --save-prior .gpu-state/h200-vllm-grid-prior.json
+# A device call carries at most 64 MiB and /tmp lasts only while the machine stays warm, so the
+# calls of one stay follow each other:
+#   bash benchmarks/gpu_campaign.sh stage    # carry: .kits/vllm-0.25.1/vllm-0.25.1.tar.xz.part00
+#   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS, .whl
+#   bash benchmarks/gpu_campaign.sh start    # carry: .gpu-state (the prior, and from the second
+#        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz, engine-caches.tar.gz.NN)
+#        # installs, restores the state (tune import for the studies), runs the queue in the background
+#   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress
+#   bash benchmarks/gpu_campaign.sh finish   # stop the queue (SIGTERM), the state into $OUT:
+#        # campaign.tar.gz, tune export of each study, the compile caches in 15 MiB parts
+# Back here: copy $OUT's files into .gpu-state for the next stay; read them with
+#   python -m benchmarks.gpu_vllm_sweep convert / benchmarks/gpu_head_to_head.py (docs say how).
+set -uo pipefail
+PHASE="${1:?phase: stage|start|poll|finish}"
+source benchmarks/gpu_host.sh
+CAMP="$STATE/campaign"
+STUDIES=(h2h-prior h2h-noprior)
+alive() { pid=$(cat "$STATE/campaign.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
+
+stamp "phase $PHASE"
+case "$PHASE" in
+stage)
+  stage_carried
+  ;;
+start)
+  alive && { echo "the campaign runs already (pid $pid): poll or finish" >&2; exit 2; }
+  install_staged || exit 1
+  if [ -f .gpu-state/campaign.tar.gz ] && [ ! -f "$CAMP/steps.json" ]; then
+    tar -xzf .gpu-state/campaign.tar.gz -C "$STATE" || exit 1
+    stamp "restored the campaign"
+  fi
+  for study in "${STUDIES[@]}"; do
+    if [ -f ".gpu-state/$study.tar.gz" ] && [ ! -f "$TUNER_STUDIES_DIR/$study.db" ]; then
+      "${TUNE[@]}" import ".gpu-state/$study.tar.gz" || exit 1
+    fi
+  done
+  if ls .gpu-state/engine-caches.tar.gz.* > /dev/null 2>&1 && [ ! -f "$STATE/.caches-carried" ]; then
+    cat .gpu-state/engine-caches.tar.gz.* | tar -xzf - -C "$TUNER_CACHE" \
+      && touch "$STATE/.caches-carried" \
+      && stamp "the previous stay's compile caches: $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1)"
+  fi
+  mkdir -p "$CAMP"
+  # the checkout is replaced by every call: what the queue reads later lives in the state
+  [ -f .gpu-state/h200-vllm-grid-prior.json ] && cp .gpu-state/h200-vllm-grid-prior.json "$CAMP/"
+  python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
+  prior=(); [ -f "$CAMP/h200-vllm-grid-prior.json" ] && prior=(--prior-file "$CAMP/h200-vllm-grid-prior.json")
+  setsid python3 -m benchmarks.gpu_campaign run --state "$CAMP" "${prior[@]}" \
+    >> "$STATE/campaign.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/campaign.pid"
+  stamp "campaign started (pid $!)"
+  sleep 15; python3 -m benchmarks.gpu_campaign status --state "$CAMP"
+  ;;
+poll)
+  for _ in $(seq 1 $(( ${2:-540} / 10 ))); do alive || break; sleep 10; done
+  alive && stamp "running" || stamp "the campaign has exited"
+  tail -n 4 "$STATE/campaign.log"
+  python3 -m benchmarks.gpu_campaign status --state "$CAMP"
+  python3 -m benchmarks.gpu_vllm_sweep progress --state "$CAMP/vllm-sweep"
+  step=$(grep -o "step [a-z0-9-]*" "$STATE/campaign.log" | tail -n 1 | cut -d' ' -f2)
+  [ -n "$step" ] && tail -n 6 "$CAMP/logs/$step.log" | cut -c1-200
+  gpu_mem
+  ;;
+finish)
+  if alive; then
+    kill -TERM "$pid"   # the queue passes it to the running step, which stops its engine
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    stamp "campaign stopped"
+  fi
+  python3 -m benchmarks.gpu_campaign status --state "$CAMP"
+  cp "$STATE/campaign.log" "$CAMP/logs/" 2>/dev/null
+  tar -czf "$OUT/campaign.tar.gz" -C "$STATE" campaign
+  for study in "${STUDIES[@]}"; do
+    [ -f "$TUNER_STUDIES_DIR/$study.db" ] && "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz"
+  done
+  # The compile caches (torch.compile, Inductor, Triton), so the next stay's launches start as warm
+  # as they would on one machine: in parts a returned file may be (16 MiB), 3 at most.
+  tar -czf - -C "$TUNER_CACHE" engine-caches | split -b 15M -d -a 2 - "$OUT/engine-caches.tar.gz."
+  if [ "$(ls "$OUT"/engine-caches.tar.gz.* | wc -l)" -gt 3 ]; then
+    stamp "compile caches $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1): over 3 parts, not kept"
+    rm -f "$OUT"/engine-caches.tar.gz.*
+  fi
+  ls -la "$OUT"
+  sleep 5; gpu_mem | tee "$OUT/gpu-memory-after.txt"
+  ;;
+*) echo "unknown phase $PHASE" >&2; exit 2 ;;
+esac
+stamp "phase $PHASE done"

@@ -1,0 +1,192 @@
+"""The independent judge of the H200 head-to-head (issue 22, item 5): neither tool's code picks or
+measures here. It starts `vllm serve` itself (the sweep's plan: the installed folder's command and
+environment), waits for /health, sends two short requests, runs `vllm bench serve` once with the
+grid's workload, and stops the server; for the sweep's pick, each of tune's picks and the engine's
+defaults (no flags at all), launched interleaved (A B C ... A B C ...), ROUNDS times each.
+
+- the sweep's pick: the config with the best mean objective over its runs, as a user of `vllm
+  bench sweep serve` reads its summary;
+- tune's picks: STATE/picks/*.json (benchmarks/gpu_campaign.py pick, after each `tune confirm`);
+  a pick that is a baseline is the defaults arm;
+- the defaults: the plan's ``defaults_cmd`` (no knob flags, the model's own max_seq_len).
+
+Every launch is appended to STATE/judge.json as it ends, so a stopped judge resumes with the next
+launch of the same schedule. Standard library and psutil: it runs on the host beside the engine.
+
+    python3 -m benchmarks.gpu_judge run --state S [--rounds 2]
+    python3 -m benchmarks.gpu_judge arms --state S        (the arms it would launch, no launch)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from benchmarks.sweep_peer import config_flags
+
+ROUNDS = 2
+SWEEP = "sweep"
+DEFAULTS = "defaults"
+
+
+def sweep_pick(state: Path) -> dict:
+    """The sweep's answer: per config the mean of its runs' objective, the best one."""
+    plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
+    metric, best = plan["objective"], None
+    for c in plan["configs"]:
+        name = "SERVE--" + "-".join(f"{k}={v}" for k, v in c["sweep"].items())
+        summary = state / "vllm-sweep" / "out" / "grid" / name / "summary.json"
+        if not summary.exists():
+            continue
+        mean = statistics.mean(r[metric] for r in json.loads(summary.read_text()))
+        if best is None or mean > best[0]:
+            best = (mean, c)
+    if best is None:
+        raise SystemExit(f"{state}/vllm-sweep: no config measured yet; the judge needs the sweep's pick")
+    return {"knobs": best[1]["knobs"], "sweep": best[1]["sweep"], "value": best[0]}
+
+
+def arms(state: Path) -> dict[str, dict | None]:
+    """label -> the sweep overrides of its config (None: the defaults), picks of equal configs
+    merged under the first label that named them."""
+    plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
+    by_knobs = {json.dumps(c["knobs"], sort_keys=True): c["sweep"] for c in plan["configs"]}
+    out: dict[str, dict | None] = {SWEEP: sweep_pick(state)["sweep"], DEFAULTS: None}
+    for path in sorted((state / "picks").glob("*.json")):
+        doc = json.loads(path.read_text())
+        if doc["arm"] != "search":
+            continue                                   # tune recommends a baseline: the defaults arm
+        key = json.dumps({k: doc["params"][k] for k in plan["axes"]}, sort_keys=True)
+        if key not in by_knobs:
+            raise SystemExit(f"{path}: {doc['params']} is not a config of the grid")
+        if by_knobs[key] not in out.values():
+            out[f"tune-{path.stem}"] = by_knobs[key]
+    return out
+
+
+def schedule(labels: list[str], rounds: int) -> list[tuple[int, str]]:
+    return [(r, label) for r in range(rounds) for label in labels]
+
+
+def _get(url: str, data: dict | None = None, timeout: float = 5) -> int:
+    body = None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        r.read()
+        return r.status
+
+
+def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> float:
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited {proc.returncode} before it was ready")
+        try:
+            if _get(f"http://127.0.0.1:{port}/health", timeout=2) == 200:
+                return time.time() - t0
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
+
+
+def stop_server(proc: subprocess.Popen, grace_s: float = 60) -> float:
+    """SIGTERM to the server's session, SIGKILL after ``grace_s``, then wait until no process of
+    it is left (the GPU memory is the next launch's)."""
+    import psutil
+
+    t0 = time.time()
+    members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == proc.pid]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        _, alive = psutil.wait_procs(members, timeout=grace_s)
+        if not alive:
+            break
+    proc.wait()
+    return time.time() - t0
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) -> dict:
+    """One judged launch: ready time, the benchmark's result, teardown time."""
+    argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
+    port = plan["port"]
+    env = {**os.environ, **plan["env"]}
+    started = time.time()
+    with (work / f"{tag}.log").open("w") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+        row = {"arm": label, "config": config, "argv": argv, "started": started}
+        try:
+            row["ready_s"] = round(wait_ready(server, port, plan["ready_timeout_s"]), 2)
+            for _ in range(2):   # the first requests after start-up pay one-off costs
+                _get(f"http://127.0.0.1:{port}/v1/completions", {
+                    "model": plan["bench_cmd"][plan["bench_cmd"].index("--model") + 1],
+                    "prompt": "Hello", "max_tokens": 8}, timeout=60)
+            out = work / f"{tag}.json"
+            bench = [*plan["bench_cmd"], "--save-result", "--result-dir", str(work),
+                     "--result-filename", out.name]
+            t = time.time()
+            subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+            row["bench_s"] = round(time.time() - t, 2)
+            doc = json.loads(out.read_text())
+            row.update({k: doc.get(k) for k in (plan["objective"], "mean_ttft_ms", "mean_tpot_ms",
+                                                "completed", "duration")})
+            row["value"] = doc[plan["objective"]]
+        except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+            row["error"] = str(exc)
+        finally:
+            row["teardown_s"] = round(stop_server(server), 2)
+            row["ended"] = time.time()
+    return row
+
+
+def run(state: Path, rounds: int) -> int:
+    plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
+    work = state / "judge"
+    work.mkdir(exist_ok=True)
+    path = state / "judge.json"
+    doc = json.loads(path.read_text()) if path.exists() else {"arms": arms(state), "launches": []}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwinds launch(): server stopped
+    done = {(r["round"], r["arm"]) for r in doc["launches"]}
+    for rnd, label in schedule(list(doc["arms"]), rounds):
+        if (rnd, label) in done:
+            continue
+        row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}")
+        doc["launches"].append({"round": rnd, **row})
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"{label} round {rnd}: {row.get('value', row.get('error'))}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=["run", "arms"])
+    ap.add_argument("--state", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    args = ap.parse_args(argv)
+    if args.cmd == "arms":
+        print(json.dumps(arms(args.state), indent=1))
+        return 0
+    return run(args.state, args.rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""benchmarks/calibrate.py on the peer's measured H200 grid (benchmarks/data/grid-vllm-h200.json,
+`vllm bench sweep serve`'s own runs): one row per config, measured as the median of its runs, the
+prediction from the real performance model for the config as launched."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from benchmarks import calibrate
+from tests.helpers import REPO
+
+GRID = REPO / "benchmarks" / "data" / "grid-vllm-h200.json"
+
+
+def test_a_grid_config_is_one_row_measured_as_the_median_of_its_runs():
+    space, engine, rows = calibrate.grid_configs(GRID)
+    doc = json.loads(GRID.read_text())
+    assert (space, engine) == ("h200-vllm-grid", "vllm") and len(rows) == len(doc["points"])
+    for row, point in zip(rows, doc["points"]):
+        runs = [r["value"] for launch in point["launches"] for r in launch["full"]]
+        assert row["measured"] == statistics.median(runs) and len(runs) >= 3
+        assert row["knobs"]["max_seq_len"] == 16384     # as launched: the space's fixed knob too
+
+
+def test_the_gap_of_the_grid_is_reported_per_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "cache"))   # the model's shape is written there
+    out = tmp_path / "gap.json"
+    subprocess.run([sys.executable, "benchmarks/calibrate.py", "--grid", str(GRID), "--gpu", "h200-141gb",
+                    "--out", str(out)], cwd=REPO, check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    doc = json.loads(out.read_text())
+    assert doc["by_source"]["sweep:grid-vllm-h200"] == doc["gap"]
+    g = doc["gap"]["vllm"]
+    assert g["n"] == len(json.loads(GRID.read_text())["points"])
+    assert 0.2 < g["bias"] < 0.8 and g["sigma_log"] > 0   # the model's ~2x optimism on vLLM
