@@ -1,4 +1,4 @@
-# Sourced by the scripts that run on the lent GPU host (gpu_engines_study.sh, gpu_vllm_sweep.sh):
+# Sourced by the scripts that run on the lent GPU host (gpu_engines_study.sh, gpu_campaign.sh):
 # the places they share, and the two steps every stay starts with. Run from the checkout's root.
 #   stage_carried    one staging call: copy what this device call carried (.kits/<kit>/<files>,
 #                    .whl/) to /tmp/kits, where it stays while the machine is warm; a call carries at
