@@ -13,7 +13,9 @@ The steps, in order (a step is done once its command exits 0; a stopped step run
   ``prior-50-confirm``. The 50 % study is the 25 % one continued, so its wall-clock includes the
   first confirm: a cost counted against tune, and half the GPU time of two separate studies;
 - ``noprior-25`` ... ``noprior-50-confirm``: the same without the prior (study h2h-noprior);
-- ``judge``: the independent judge (benchmarks/gpu_judge.py).
+- ``judge``: the independent judge (benchmarks/gpu_judge.py);
+- ``sglang-grid``: `tune start --space h200-sglang-grid`: the 8 points of a small SGLang grid and its
+  defaults, measured by tune's own trial runner for the replay (needs SGLang's kit staged as well).
 
 Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
 wall-clocks are sums of those, without the gaps between stays.
@@ -35,6 +37,7 @@ import time
 from pathlib import Path
 
 SPACE = "h200-vllm-grid"
+SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
 GRID_LAUNCHES = 16
 BUDGETS = (25, 50)
 VARIANTS = ("prior", "noprior")
@@ -54,7 +57,7 @@ def steps() -> list[str]:
     for variant in VARIANTS:
         for budget in BUDGETS:
             out += [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
-    return out + ["judge"]
+    return out + ["judge", "sglang-grid"]
 
 
 class Campaign:
@@ -92,6 +95,10 @@ class Campaign:
                      "space", "--pairs", "2", "--out", str(self.state / "fidelity-h200.json")]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
+        if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how
+            if self.started(step):
+                return [[*TUNE, "resume", SGLANG_GRID]]
+            return [[*TUNE, "start", "--space", SGLANG_GRID, "--study", SGLANG_GRID]]
         variant, budget, *confirm = step.split("-")
         name = study_name(variant)
         pick = [sys.executable, "-m", "benchmarks.gpu_campaign", "pick", "--study", name,

@@ -14,6 +14,8 @@
 # calls of one stay follow each other:
 #   bash benchmarks/gpu_campaign.sh stage    # carry: .kits/vllm-0.25.1/vllm-0.25.1.tar.xz.part00
 #   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS, .whl
+#   (the stay that reaches the last step, sglang-grid, also stages SGLang's kit: 2 more `stage`
+#   calls, .kits/sglang-0.5.17's part00, then part01 + install.sh + SHA256SUMS)
 #   bash benchmarks/gpu_campaign.sh start    # carry: .gpu-state (the prior, and from the second
 #        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz, engine-caches.tar.gz.NN)
 #        # installs, restores the state (tune import for the studies), runs the queue in the background
@@ -26,7 +28,7 @@ set -uo pipefail
 PHASE="${1:?phase: stage|start|poll|finish}"
 source benchmarks/gpu_host.sh
 CAMP="$STATE/campaign"
-STUDIES=(h2h-prior h2h-noprior)
+STUDIES=(h2h-prior h2h-noprior h200-sglang-grid)
 alive() { pid=$(cat "$STATE/campaign.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
 
 stamp "phase $PHASE"

@@ -36,7 +36,9 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
     assert c.commands("prior-50")[0][-3:] == ["h2h-prior", "-n", "11"]
     c.save({"prior-50": {"runs": [{"start": 0, "end": 1, "exit_code": None}], "done": False}})
     assert c.commands("prior-50")[0][-2:] == ["resume", "h2h-prior"]   # the stored budget
-    assert gc.steps()[0] == "sweep" and gc.steps()[-1] == "judge" and len(gc.steps()) == 11
+    assert c.commands("sglang-grid")[0][3:] == ["start", "--space", "h200-sglang-grid", "--study",
+                                                "h200-sglang-grid"]
+    assert gc.steps()[0] == "sweep" and gc.steps()[-2:] == ["judge", "sglang-grid"]
 
 
 QUEUE = """
