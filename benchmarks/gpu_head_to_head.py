@@ -1,0 +1,225 @@
+"""The H200 head-to-head, read back here (issue 22, item 5): the campaign's state
+(benchmarks/gpu_campaign.py) and the tune studies it exported, as one table per tool and the judge's
+ratios to the sweep's pick.
+
+Per tool: wall-clock to its recommendation (the sweep: its invocations; tune: the intervals of its
+own steps, so neither counts the gaps between stays), engine launches, refused configs launched,
+the config it recommends, and its best-so-far against that wall-clock. The judge: each arm's
+median over its launches, and each arm's ratio to the sweep's pick with a 95 % bootstrap interval.
+The targets: tune's confirmed pick at least as good as the sweep's (the interval of the ratio
+contains or exceeds 1) in at most 40 % of the sweep's wall-clock.
+
+    mkdir -p /tmp/camp && tar -xzf .gpu-state/campaign.tar.gz -C /tmp/camp
+    PYTHONPATH=. .venv/bin/python benchmarks/gpu_head_to_head.py --campaign /tmp/camp/campaign \\
+        --study .gpu-state/h2h-prior.tar.gz --study .gpu-state/h2h-noprior.tar.gz \\
+        --out benchmarks/data/h2h-h200.json [--plot docs/img/h2h-h200.png]   # the plot: matplotlib
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import gpu_campaign as gc
+from benchmarks import gpu_judge as gj
+from benchmarks.gpu_vllm_sweep import convert
+from benchmarks.vs_vllm_sweep import bootstrap_median_ci, bootstrap_ratio_ci
+
+WALL_TARGET = 0.40
+
+
+def active(intervals: list[tuple[float, float]], t: float) -> float:
+    """Seconds of ``intervals`` before ``t``: a tool's own wall-clock at the moment ``t``."""
+    return sum(max(0.0, min(end, t) - start) for start, end in intervals)
+
+
+def sweep_side(campaign: Path) -> dict:
+    grid = convert(campaign / "vllm-sweep")
+    intervals = [(i["start"], i["end"]) for i in grid["meta"]["invocations"]]
+    results, timeline, top, ends = [], [], None, []
+    for p in grid["points"]:   # a config stopped at the end of a stay and relaunched: all its runs
+        ok = [launch for launch in p["launches"] if launch["ok"]]
+        if not any(launch["complete"] for launch in ok):
+            continue
+        values = [r["value"] for launch in ok for r in launch["full"]]
+        end = max(datetime.fromisoformat(launch["started"]).timestamp() + launch["timings"]["total_s"]
+                  for launch in ok)
+        results.append({"params": p["params"], "sweep": p["sweep"], "values": values,
+                        "mean": statistics.fmean(values)})
+        ends.append((end, statistics.fmean(values)))
+    for end, value in sorted(ends):
+        if top is None or value > top:
+            top = value
+            timeline.append([round(active(intervals, end), 1), value])
+    best = max(results, key=lambda r: r["mean"]) if results else None
+    return {"tool": "vllm bench sweep serve", "wall_s": grid["meta"]["peer_wall_s"],
+            "launches": sum(len(p["launches"]) for p in grid["points"]) + len(grid["meta"]["aborted_launches"]),
+            "refused_launched": len(grid["meta"]["refused"]), "configs_measured": len(results),
+            "configs_planned": len(json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]),
+            "pick": best and best["sweep"], "pick_value": best and best["mean"],
+            "results": results, "timeline": timeline}
+
+
+def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
+    """One row per budget the campaign has finished for this variant."""
+    import optuna
+
+    from tuner.record import schema
+    from tuner.record.transfer import import_study
+
+    record = json.loads((campaign / "steps.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
+        trials = [t for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+                  if t.datetime_complete is not None]
+    rows, steps_so_far = [], []
+    for budget in gc.BUDGETS:
+        steps = [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
+        if not all(record.get(s, {}).get("done") for s in steps):
+            break
+        steps_so_far += steps
+        intervals = [(r["start"], r["end"]) for s in steps_so_far for r in record[s]["runs"]]
+        until = max(end for _, end in intervals)
+        mine = sorted((t for t in trials if t.datetime_complete.timestamp() <= until),
+                      key=lambda t: t.datetime_complete)
+        launched = [t for t in mine if schema.launched(t)]
+        timeline, top = [], None
+        for t in launched:
+            if schema.is_feasible(t) and t.user_attrs.get(schema.REPEAT_OF) is None and (
+                    top is None or t.value > top):
+                top = t.value
+                timeline.append([round(active(intervals, t.datetime_complete.timestamp()), 1), t.value])
+        pick = json.loads((campaign / "picks" / f"{variant}-{budget}.json").read_text())
+        rows.append({"tool": f"tune {variant} {budget} %", "variant": variant, "budget": budget,
+                     "wall_s": round(sum(end - start for start, end in intervals), 1),
+                     "launches": len(launched),
+                     "refused_launched": sum(1 for t in launched if t.user_attrs.get(schema.FAILURE_CLASS)),
+                     "pruned_by_rule": sum(1 for t in mine if schema.PRUNED_RULE in t.user_attrs),
+                     "pick_arm": pick["arm"], "pick": pick["params"], "pick_value": pick["median"],
+                     "pick_n": pick["n"], "timeline": timeline})
+    return rows
+
+
+def judged(campaign: Path) -> dict:
+    """Each arm's launches, median with its interval, and ratio to the sweep's arm."""
+    doc = json.loads((campaign / "judge.json").read_text())
+    values = {label: [r["value"] for r in doc["launches"] if r["arm"] == label and "value" in r]
+              for label in doc["arms"]}
+    ref = values[gj.SWEEP]
+    out = {}
+    for label, vs in values.items():
+        out[label] = {"config": doc["arms"][label], "values": vs,
+                      "median": statistics.median(vs) if vs else None,
+                      "median_ci95": bootstrap_median_ci(vs),
+                      "ratio_to_sweep": statistics.median(vs) / statistics.median(ref) if vs and ref else None,
+                      "ratio_ci95": bootstrap_ratio_ci(vs, ref),
+                      "failed_launches": sum(1 for r in doc["launches"] if r["arm"] == label and "error" in r)}
+    return out
+
+
+def arm_of(pick: dict | None, arm: str, judge: dict, configs: list[dict]) -> str | None:
+    """The judge's arm that measured this pick (equal configs share one arm; the plan's configs
+    pair each config's knobs with its sweep overrides)."""
+    if arm != "search":
+        return gj.DEFAULTS
+    for label, j in judge.items():
+        knobs = next((c["knobs"] for c in configs if c["sweep"] == j["config"]), None)
+        if knobs is not None and pick is not None and all(pick.get(k) == v for k, v in knobs.items()):
+            return label
+    return None
+
+
+def report(campaign: Path, studies: dict[str, Path]) -> dict:
+    sweep = sweep_side(campaign)
+    tools = [t for variant, archive in studies.items() for t in tune_side(campaign, archive, variant)]
+    judge = judged(campaign) if (campaign / "judge.json").exists() else {}
+    configs = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]
+    for t in tools:
+        t["judge_arm"] = arm_of(t["pick"], t["pick_arm"], judge, configs) if judge else None
+        j = judge.get(t["judge_arm"] or "", {})
+        t["ratio_to_sweep"], t["ratio_ci95"] = j.get("ratio_to_sweep"), j.get("ratio_ci95")
+        t["wall_share_of_sweep"] = t["wall_s"] / sweep["wall_s"] if sweep["wall_s"] else None
+        t["meets_quality"] = None if not t["ratio_ci95"] else t["ratio_ci95"][1] >= 1.0
+        t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
+    return {"sweep": sweep, "tune": tools, "judge": judge,
+            "fidelity": _json(campaign / "fidelity-h200.json"),
+            "campaign": json.loads((campaign / "steps.json").read_text())}
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def table(data: dict) -> str:
+    s = data["sweep"]
+    lines = ["| tool | wall-clock | launches | refused launched | recommends | its value | judged ratio to the sweep's pick [95 %] | targets |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| {s['tool']} ({s['configs_measured']} of {s['configs_planned']} configs) | {s['wall_s'] / 60:.1f} min | "
+             f"{s['launches']} | {s['refused_launched']} | {s['pick']} | {s['pick_value'] or 0:,.0f} | 1 | |"]
+    for t in data["tune"]:
+        ci = "[{:.3f}, {:.3f}]".format(*t["ratio_ci95"]) if t["ratio_ci95"] else "-"
+        ratio = f"{t['ratio_to_sweep']:.3f} {ci}" if t["ratio_to_sweep"] else "not judged yet"
+        share = f" ({100 * t['wall_share_of_sweep']:.0f} %)" if t["wall_share_of_sweep"] else ""
+        targets = ", ".join(f"{k.split('_')[1]} {'met' if v else 'missed'}"
+                            for k, v in (("meets_quality", t["meets_quality"]), ("meets_wall", t["meets_wall"]))
+                            if v is not None)
+        pick = "the defaults" if t["pick_arm"] != "search" else t["pick"]
+        lines.append(f"| {t['tool']} | {t['wall_s'] / 60:.1f} min{share} | {t['launches']} | "
+                     f"{t['refused_launched']} | {pick} | {t['pick_value'] or 0:,.0f} (n={t['pick_n']}) | {ratio} | {targets} |")
+    return "\n".join(lines)
+
+
+def plot(data: dict, png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, run in enumerate([data["sweep"], *data["tune"]]):
+        if not run["timeline"]:
+            continue
+        xs = [p[0] / 60 for p in run["timeline"]] + [run["wall_s"] / 60]
+        ys = [p[1] for p in run["timeline"]] + [run["timeline"][-1][1]]
+        ax.step(xs, ys, where="post", color=f"C{i}", label=run["tool"])
+    ax.set_xlabel("the tool's own wall-clock (min; gaps between stays left out)")
+    ax.set_ylabel("total token throughput, best so far (tok/s)")
+    ax.set_title("H200, Qwen3-14B shape, vLLM 0.25.1: best so far vs wall-clock")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--campaign", type=Path, required=True, help="the unpacked campaign state")
+    ap.add_argument("--study", type=Path, action="append", default=[],
+                    help="a `tune export` of h2h-prior or h2h-noprior (repeatable)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--plot", type=Path, default=None)
+    args = ap.parse_args(argv)
+    studies = {}
+    for archive in args.study:
+        variant = archive.name.split(".")[0].removeprefix("h2h-")
+        if variant not in gc.VARIANTS:
+            ap.error(f"--study {archive}: expected an export named h2h-{{{','.join(gc.VARIANTS)}}}.tar.gz")
+        studies[variant] = archive
+    data = report(args.campaign, studies)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(table(data))
+    if args.plot:
+        plot(data, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

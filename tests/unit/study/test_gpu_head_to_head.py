@@ -1,0 +1,75 @@
+"""benchmarks/gpu_head_to_head.py: the H200 head-to-head read back from the campaign's state. The
+sweep's side is the real first stay (benchmarks/data/h200-campaign.tar.gz); tune's side is a real
+study run on the vLLM CPU engine, placed in the campaign's step intervals; the judge's launches are
+written here, so the ratios and the targets can be checked against numbers known in advance."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import optuna
+import pytest
+
+from benchmarks import gpu_head_to_head as hh
+from tests.helpers import REPO, run_tune
+from tuner.record import schema
+
+STATE = REPO / "benchmarks" / "data" / "h200-campaign.tar.gz"
+
+
+@pytest.fixture()
+def campaign(tmp_path):
+    with tarfile.open(STATE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / "campaign"
+
+
+def test_the_sweeps_side_is_its_own_wall_clock_launches_and_pick(campaign):
+    sweep = hh.sweep_side(campaign)
+    grid = json.loads((REPO / "benchmarks" / "data" / "grid-vllm-h200.json").read_text())
+    assert sweep["wall_s"] == grid["meta"]["peer_wall_s"]
+    assert sweep["configs_measured"] == len(grid["points"]) and sweep["configs_planned"] == 16
+    best = max(sweep["results"], key=lambda r: r["mean"])
+    assert sweep["pick"] == best["sweep"] and sweep["pick_value"] == best["mean"]
+    times = [t for t, _ in sweep["timeline"]]
+    values = [v for _, v in sweep["timeline"]]
+    assert times == sorted(times) and values == sorted(values) and 0 < times[-1] <= sweep["wall_s"]
+    assert sweep["timeline"][-1][1] == best["mean"]
+    assert hh.active([(0, 10), (20, 30)], 25) == 15 and hh.active([(0, 10)], -1) == 0
+
+
+def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, tmp_path, monkeypatch):
+    studies, name = real_study
+    monkeypatch.setenv("TUNER_STUDIES_DIR", str(studies))
+    archive = tmp_path / "h2h-prior.tar.gz"
+    run_tune("export", name, str(archive))
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{studies / (name + '.db')}").trials
+    first = min(t.datetime_start.timestamp() for t in trials)
+    last = max(t.datetime_complete.timestamp() for t in trials)
+    plan = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())
+    record = json.loads((campaign / "steps.json").read_text())
+    record["prior-25"] = {"done": True, "runs": [{"start": first - 5, "end": last - 0.5, "exit_code": 0}]}
+    record["prior-25-confirm"] = {"done": True, "runs": [{"start": last - 0.5, "end": last + 1, "exit_code": 0}]}
+    (campaign / "steps.json").write_text(json.dumps(record))
+    fp8 = plan["configs"][-1]                                     # the grid's last config
+    (campaign / "picks" / "prior-25.json").write_text(json.dumps(
+        {"arm": "search", "params": fp8["knobs"], "median": 9000.0, "n": 2}))
+    sweep_pick = hh.sweep_side(campaign)["pick"]
+    (campaign / "judge.json").write_text(json.dumps({
+        "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
+        "launches": [{"round": r, "arm": a, "value": v} for r in range(3) for a, v in
+                     (("sweep", 7600.0 + r), ("defaults", 7500.0 + r), ("tune-prior-25", 9800.0 + 10 * r))]}))
+
+    data = hh.report(campaign, {"prior": archive})
+    (tune,) = data["tune"]
+    assert tune["launches"] == sum(1 for t in trials if schema.launched(t)) == 3   # baseline, probe, search
+    assert tune["refused_launched"] == 1                           # the study's probe
+    assert tune["wall_s"] == pytest.approx(last + 6 - first, abs=0.1)
+    assert tune["wall_share_of_sweep"] == pytest.approx(tune["wall_s"] / data["sweep"]["wall_s"])
+    assert tune["judge_arm"] == "tune-prior-25"
+    assert tune["ratio_to_sweep"] == pytest.approx(9810 / 7601)
+    low, high = tune["ratio_ci95"]
+    assert 9800 / 7602 <= low <= high <= 9820 / 7600 and tune["meets_quality"]
+    assert data["judge"]["defaults"]["ratio_to_sweep"] == pytest.approx(7501 / 7601)
+    assert "tune prior 25 %" in hh.table(data)
