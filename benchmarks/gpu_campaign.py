@@ -3,7 +3,8 @@ each stay's background process works down the queue, `finish` stops it and carri
 the tune studies, by `tune export`) back, and the next stay imports them and goes on where it
 stopped. Run by benchmarks/gpu_campaign.sh, which also says what each call carries.
 
-The steps, in order (a step is done once its command exits 0; a stopped step runs again, resumed):
+The steps, in order (a step is done once its commands exit 0; a stopped step runs again, resumed;
+a failed one runs again next time, and the steps that need it wait):
 
 - ``sweep``: `vllm bench sweep serve` over h200-vllm-grid (benchmarks/gpu_vllm_sweep.py run);
 - ``fidelity``: tune's client against `vllm bench serve` on one server (benchmarks/fidelity.py);
@@ -167,14 +168,34 @@ def finished(study: str) -> int:
     return lifecycle.finished_count(lifecycle.load(study, default_url(study)).study)
 
 
+def needs(step: str) -> list[str]:
+    """The steps that must be done before this one: a confirm repeats its search's configs, the
+    50 % budget continues the confirmed 25 % study, and the judge launches every tool's pick."""
+    if step == "judge":
+        return ["sweep", *(f"{v}-{b}-confirm" for v in VARIANTS for b in BUDGETS)]
+    variant = step.partition("-")[0]
+    if variant not in VARIANTS:
+        return []
+    order = [s for s in steps() if s.startswith(f"{variant}-")]
+    return order[:order.index(step)][-1:]
+
+
 def run(campaign: Campaign, only: list[str]) -> int:
+    """Every step not done yet whose needs are done, in order. A step that fails does not stop
+    the queue (a stay's minutes go to the steps that do not need it); it runs again next time."""
     def stop(*_: object) -> None:
         global _stopping
         _stopping = True
 
     signal.signal(signal.SIGTERM, stop)
+    left = []
     for step in steps():
         if (only and step not in only) or campaign.done(step):
+            continue
+        waiting = [s for s in needs(step) if not campaign.done(s)]
+        if waiting:
+            print(f"[{time.strftime('%H:%M:%S')}] {step} waits for {', '.join(waiting)}", flush=True)
+            left.append(step)
             continue
         print(f"[{time.strftime('%H:%M:%S')}] step {step}", flush=True)
         code = campaign.run_step(step)
@@ -182,11 +203,12 @@ def run(campaign: Campaign, only: list[str]) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] stopped in {step}", flush=True)
             return 143
         if code != 0:
-            print(f"[{time.strftime('%H:%M:%S')}] {step} exited {code}: the queue stops here "
-                  f"(logs/{step}.log)", flush=True)
-            return code
-    print(f"[{time.strftime('%H:%M:%S')}] every step done", flush=True)
-    return 0
+            print(f"[{time.strftime('%H:%M:%S')}] {step} exited {code} (logs/{step}.log): "
+                  "going on with the steps that do not need it", flush=True)
+            left.append(step)
+    print(f"[{time.strftime('%H:%M:%S')}] " + (f"left: {', '.join(left)}" if left else "every step done"),
+          flush=True)
+    return 1 if left else 0
 
 
 def status(campaign: Campaign) -> str:

@@ -39,6 +39,10 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
     assert c.commands("sglang-grid")[0][3:] == ["start", "--space", "h200-sglang-grid", "--study",
                                                 "h200-sglang-grid"]
     assert gc.steps()[0] == "sweep" and gc.steps()[-2:] == ["judge", "sglang-grid"]
+    assert gc.needs("prior-25") == [] and gc.needs("prior-25-confirm") == ["prior-25"]
+    assert gc.needs("noprior-50") == ["noprior-25-confirm"] and gc.needs("fidelity") == []
+    assert set(gc.needs("judge")) == {"sweep", "prior-25-confirm", "prior-50-confirm",
+                                      "noprior-25-confirm", "noprior-50-confirm"}
 
 
 QUEUE = """
@@ -139,3 +143,27 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     assert defaults["argv"] == plan["defaults_cmd"] and "--max-model-len" not in defaults["argv"]
     assert gj.run(state, rounds=1) == 0                                    # nothing left to launch
     assert len(json.loads((state / "judge.json").read_text())["launches"]) == 2
+
+
+FAILING = """
+import sys
+from benchmarks import gpu_campaign as gc
+def commands(self, step):
+    return [[sys.executable, "-c", "import sys; sys.exit(3 if sys.argv[1] in ('sweep', 'prior-25') else 0)", step]]
+gc.Campaign.commands = commands
+sys.exit(gc.main())
+"""
+
+
+def test_a_failed_step_holds_back_only_the_steps_that_need_it(tmp_path):
+    state = tmp_path / "state"
+    done = subprocess.run([sys.executable, "-c", FAILING, "run", "--state", str(state)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    record = json.loads((state / "steps.json").read_text())
+    ran = {s for s in record}
+    assert {"fidelity", "noprior-25", "noprior-50-confirm", "sglang-grid"} <= ran
+    assert not {"prior-25-confirm", "prior-50", "judge"} & ran          # they need a failed step
+    assert record["noprior-50-confirm"]["done"] and not record["sweep"]["done"]
+    assert "left: sweep, prior-25, prior-25-confirm" in done.stdout
