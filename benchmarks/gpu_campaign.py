@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.sweep_peer import stop_session
+
 SPACE = "h200-vllm-grid"
 SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
 GRID_LAUNCHES = 16
@@ -151,12 +153,7 @@ def _wait(proc: subprocess.Popen) -> int | None:
             return None if _stopping else code
         except subprocess.TimeoutExpired:
             if _stopping:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                stop_session(proc, grace_s=120)
                 return None
 
 

@@ -30,7 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.sweep_peer import config_flags
+from benchmarks.sweep_peer import config_flags, stop_session
 
 ROUNDS = 2
 SWEEP = "sweep"
@@ -98,32 +98,6 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> float:
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float = 60) -> float:
-    """SIGTERM to the server's session, SIGKILL after ``grace_s``, then wait until no process of
-    it is left (the GPU memory is the next launch's)."""
-    import psutil
-
-    t0 = time.time()
-    members = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == proc.pid]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        _, alive = psutil.wait_procs(members, timeout=grace_s)
-        if not alive:
-            break
-    proc.wait()
-    return time.time() - t0
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
 def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) -> dict:
     """One judged launch: ready time, the benchmark's result, teardown time."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
@@ -153,7 +127,9 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) ->
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             row["error"] = str(exc)
         finally:
-            row["teardown_s"] = round(stop_server(server), 2)
+            t = time.time()
+            stop_session(server, grace_s=60)
+            row["teardown_s"] = round(time.time() - t, 2)
             row["ended"] = time.time()
     return row
 

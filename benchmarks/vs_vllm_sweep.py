@@ -48,7 +48,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.sweep_peer import config_flags, follow, lives, read_sweep, server_lives, stop_tree
+from benchmarks.sweep_peer import (config_flags, follow, lives, read_sweep, server_lives, stop_session,
+                                   stop_tree)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -352,12 +353,7 @@ def judge_launch(config: dict | None, wl: dict, work: Path, tag: str) -> dict:
                 "ready_s": round(ready_s, 2), "loadavg": list(os.getloadavg())}
     finally:
         if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop_session(server, grace_s=30)
         log.close()
 
 
