@@ -19,6 +19,7 @@
 #   bash benchmarks/gpu_campaign.sh start    # carry: .gpu-state (the prior, and from the second
 #        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz, engine-caches.tar.gz.NN)
 #        # installs, restores the state (tune import for the studies), runs the queue in the background
+#        # (.gpu-state too large for one call with the tree: carry some of it with a `stage` call)
 #   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_campaign.sh finish   # stop the queue (SIGTERM), the state into $OUT:
 #        # campaign.tar.gz, tune export of each study, the compile caches in 15 MiB parts
@@ -30,32 +31,37 @@ source benchmarks/gpu_host.sh
 CAMP="$STATE/campaign"
 STUDIES=(h2h-prior h2h-noprior h200-sglang-grid)
 alive() { pid=$(cat "$STATE/campaign.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
+# The checkout is replaced by every call, so what a call carried in .gpu-state is kept outside it;
+# any call of the stay may carry a part of it (the compile caches alone can be 45 MiB).
+CARRIED="$STATE/carried"
+keep_state() { [ -d .gpu-state ] && mkdir -p "$CARRIED" && cp .gpu-state/* "$CARRIED/" 2>/dev/null; true; }
 
 stamp "phase $PHASE"
 case "$PHASE" in
 stage)
   stage_carried
+  keep_state
   ;;
 start)
   alive && { echo "the campaign runs already (pid $pid): poll or finish" >&2; exit 2; }
+  keep_state
   install_staged || exit 1
-  if [ -f .gpu-state/campaign.tar.gz ] && [ ! -f "$CAMP/steps.json" ]; then
-    tar -xzf .gpu-state/campaign.tar.gz -C "$STATE" || exit 1
+  if [ -f "$CARRIED/campaign.tar.gz" ] && [ ! -f "$CAMP/steps.json" ]; then
+    tar -xzf "$CARRIED/campaign.tar.gz" -C "$STATE" || exit 1
     stamp "restored the campaign"
   fi
   for study in "${STUDIES[@]}"; do
-    if [ -f ".gpu-state/$study.tar.gz" ] && [ ! -f "$TUNER_STUDIES_DIR/$study.db" ]; then
-      "${TUNE[@]}" import ".gpu-state/$study.tar.gz" || exit 1
+    if [ -f "$CARRIED/$study.tar.gz" ] && [ ! -f "$TUNER_STUDIES_DIR/$study.db" ]; then
+      "${TUNE[@]}" import "$CARRIED/$study.tar.gz" || exit 1
     fi
   done
-  if ls .gpu-state/engine-caches.tar.gz.* > /dev/null 2>&1 && [ ! -f "$STATE/.caches-carried" ]; then
-    cat .gpu-state/engine-caches.tar.gz.* | tar -xzf - -C "$TUNER_CACHE" \
+  if ls "$CARRIED"/engine-caches.tar.gz.* > /dev/null 2>&1 && [ ! -f "$STATE/.caches-carried" ]; then
+    cat "$CARRIED"/engine-caches.tar.gz.* | tar -xzf - -C "$TUNER_CACHE" \
       && touch "$STATE/.caches-carried" \
       && stamp "the previous stay's compile caches: $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1)"
   fi
   mkdir -p "$CAMP"
-  # the checkout is replaced by every call: what the queue reads later lives in the state
-  [ -f .gpu-state/h200-vllm-grid-prior.json ] && cp .gpu-state/h200-vllm-grid-prior.json "$CAMP/"
+  [ -f "$CARRIED/h200-vllm-grid-prior.json" ] && cp "$CARRIED/h200-vllm-grid-prior.json" "$CAMP/"
   python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
   prior=(); [ -f "$CAMP/h200-vllm-grid-prior.json" ] && prior=(--prior-file "$CAMP/h200-vllm-grid-prior.json")
   setsid python3 -m benchmarks.gpu_campaign run --state "$CAMP" "${prior[@]}" \
