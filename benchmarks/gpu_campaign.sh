@@ -77,7 +77,7 @@ poll)
   python3 -m benchmarks.gpu_campaign status --state "$CAMP"
   python3 -m benchmarks.gpu_vllm_sweep progress --state "$CAMP/vllm-sweep"
   step=$(grep -o "step [a-z0-9-]*" "$STATE/campaign.log" | tail -n 1 | cut -d' ' -f2)
-  [ -n "$step" ] && tail -n 6 "$CAMP/logs/$step.log" | cut -c1-200
+  [ -n "$step" ] && tail -n 6 "$CAMP/logs/$step.log"
   gpu_mem
   ;;
 finish)

@@ -7,10 +7,11 @@
 #                    then each staged engine kit into a folder of its own (their pins conflict), and
 #                    the Qwen3-14B shape the spaces serve
 OUT="${OUT:-/tmp/out}"
-STATE=/tmp/gpu-study
-KITS=/tmp/kits
+STATE="${GPU_STATE:-/tmp/gpu-study}"   # GPU_STATE, GPU_KITS, GPU_SITE: elsewhere in the tests
+KITS="${GPU_KITS:-/tmp/kits}"
+SITE="${GPU_SITE:-/tmp/site}"
 export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD:/tmp/site"   # this checkout's tuner first, then the deps the image lacks
+export PYTHONPATH="$PWD:$SITE"   # this checkout's tuner first, then the deps the image lacks
 TUNE=(python3 -m tuner)
 mkdir -p "$OUT" "$STATE" "$KITS"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
@@ -30,10 +31,10 @@ stage_carried() {
 
 install_staged() {
   local kit
-  if [ ! -f /tmp/site/.done ]; then
+  if [ ! -f "$SITE/.done" ]; then
     python3 -m pip install -q --no-index --find-links "$KITS/whl" --require-hashes --no-deps \
-      --no-compile --no-cache-dir --upgrade --target /tmp/site -r "$KITS/whl/manifest.txt" || return 1
-    touch /tmp/site/.done
+      --no-compile --no-cache-dir --upgrade --target "$SITE" -r "$KITS/whl/manifest.txt" || return 1
+    touch "$SITE/.done"
   fi
   for kit in vllm-0.25.1 sglang-0.5.17; do
     [ -f "$TUNER_CACHE/engines/$kit/.tuner-engine.json" ] || [ ! -f "$KITS/$kit/install.sh" ] && continue

@@ -1,0 +1,76 @@
+"""benchmarks/gpu_campaign.sh, the H200 stay's entry point, run here through its phases as a stay
+runs them (stage, start, poll, finish), with the first stay's real campaign state carried in
+.gpu-state and a stand-in for vLLM 0.25.1's `vllm bench sweep serve` (the one
+test_gpu_vllm_sweep.py checks the driver against). What it shows: a stage call keeps what it
+carried outside the checkout, start restores the campaign and resumes the sweep where the first
+stay stopped, the steps that need a GPU fail without stopping the queue, and finish returns the
+state for the next stay. The device time this saves is the point: a broken phase found on the
+H200 costs a stay."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+from tests.helpers import REPO
+from tests.unit.study.test_gpu_vllm_sweep import FAKE
+
+
+def _phase(checkout, env, *args, timeout=300) -> str:
+    done = subprocess.run(["bash", "benchmarks/gpu_campaign.sh", *args], cwd=checkout, env=env,
+                          capture_output=True, text=True, errors="replace", timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
+    checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
+    checkout.mkdir()
+    for name in ("benchmarks", "tuner", "search_spaces", "engines"):
+        (checkout / name).symlink_to(REPO / name)
+    carried = checkout / ".gpu-state"
+    carried.mkdir()
+    shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
+    (carried / "h200-vllm-grid-prior.json").write_text("{}")
+    folder = state / "cache" / "engines" / "vllm-0.25.1"
+    (folder / "bin").mkdir(parents=True)
+    (folder / ".tuner-engine.json").write_text(json.dumps(
+        {"engine": "vllm", "package": "vllm", "version": "0.25.1", "python": sys.executable,
+         "kit": "test", "installed": "now"}))
+    (folder / "bin" / "vllm").write_text(FAKE.format(python=sys.executable))
+    (folder / "bin" / "vllm").chmod(0o755)
+    bin_dir, site = tmp_path / "bin", tmp_path / "site"
+    bin_dir.mkdir()
+    site.mkdir()
+    (site / ".done").touch()                                # the tuner's deps: this interpreter's
+    (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
+           "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site),
+           "FAKE_REFUSE": json.dumps({"max_num_seqs": 7})}   # no config refused
+
+    _phase(checkout, env, "stage")
+    shutil.rmtree(carried)                                  # the next call carries none of it
+    started = _phase(checkout, env, "start")
+    assert "restored the campaign" in started and "campaign started" in started
+    polled = _phase(checkout, env, "poll", "120")
+    assert "the campaign has exited" in polled
+    assert "16 configs measured, 0 refused, of 16" in polled   # 7 from the first stay, 9 now
+    _phase(checkout, env, "finish")
+
+    with tarfile.open(out / "campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    record = json.loads((tmp_path / "back" / "campaign" / "steps.json").read_text())
+    assert record["sweep"]["done"] and len(record["sweep"]["runs"]) == 2
+    invocations = json.loads((tmp_path / "back" / "campaign" / "vllm-sweep" / "invocations.json").read_text())
+    assert [i["resume"] for i in invocations] == [False, True]
+    # No GPU here: the tune steps fail at tune's own preflight, each without stopping the queue.
+    for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid"):
+        assert record[step]["runs"] and not record[step]["done"], step
+    assert "prior-25-confirm" not in record and "judge" not in record
+    log = (tmp_path / "back" / "campaign" / "logs" / "prior-25.log").read_text()
+    assert "--prior-file" in log and str(state / "campaign" / "h200-vllm-grid-prior.json") in log
