@@ -37,8 +37,6 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.sweep_peer import stop_session
-
 SPACE = "h200-vllm-grid"
 SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
 GRID_LAUNCHES = 16
@@ -153,7 +151,8 @@ def _wait(proc: subprocess.Popen) -> int | None:
             return None if _stopping else code
         except subprocess.TimeoutExpired:
             if _stopping:
-                stop_session(proc, grace_s=120)
+                from tuner.runtime.procgroup import kill_group
+                kill_group(proc.pid, grace_s=120, leader=proc)
                 return None
 
 

@@ -11,7 +11,8 @@ defaults (no flags at all), launched interleaved (A B C ... A B C ...), ROUNDS t
 - the defaults: the plan's ``defaults_cmd`` (no knob flags, the model's own max_seq_len).
 
 Every launch is appended to STATE/judge.json as it ends, so a stopped judge resumes with the next
-launch of the same schedule. Standard library and psutil: it runs on the host beside the engine.
+launch of the same schedule. Its servers are stopped as tune stops an engine
+(tuner.runtime.procgroup.kill_group), so each launch finds the GPU's memory free.
 
     python3 -m benchmarks.gpu_judge run --state S [--rounds 2]
     python3 -m benchmarks.gpu_judge arms --state S        (the arms it would launch, no launch)
@@ -30,7 +31,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.sweep_peer import config_flags, stop_session
+from benchmarks.sweep_peer import config_flags
 
 ROUNDS = 2
 SWEEP = "sweep"
@@ -127,8 +128,10 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) ->
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             row["error"] = str(exc)
         finally:
+            from tuner.runtime.procgroup import kill_group
+
             t = time.time()
-            stop_session(server, grace_s=60)
+            kill_group(server.pid, grace_s=60, leader=server)
             row["teardown_s"] = round(time.time() - t, 2)
             row["ended"] = time.time()
     return row

@@ -198,27 +198,3 @@ def stop_tree(proc: subprocess.Popen) -> None:
             pass
     proc.wait()
 
-
-def stop_session(proc: subprocess.Popen, grace_s: float) -> None:
-    """Stop a command started in a session of its own (a server, a tool and its engine): SIGTERM
-    to the session so it can tear down, SIGKILL after ``grace_s``, then wait until no process of it
-    is left, so the GPU memory it held is free for the next launch."""
-    import psutil
-
-    members = [p for p in psutil.process_iter() if _pgid(p.pid) == proc.pid]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        _, alive = psutil.wait_procs(members, timeout=grace_s)
-        if not alive:
-            break
-    proc.wait()
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None

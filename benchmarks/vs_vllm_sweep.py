@@ -48,8 +48,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.sweep_peer import (config_flags, follow, lives, read_sweep, server_lives, stop_session,
-                                   stop_tree)
+from benchmarks.sweep_peer import config_flags, follow, lives, read_sweep, server_lives, stop_tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -353,7 +352,8 @@ def judge_launch(config: dict | None, wl: dict, work: Path, tag: str) -> dict:
                 "ready_s": round(ready_s, 2), "loadavg": list(os.getloadavg())}
     finally:
         if server.poll() is None:
-            stop_session(server, grace_s=30)
+            from tuner.runtime.procgroup import kill_group  # the project venv runs the judge
+            kill_group(server.pid, grace_s=30, leader=server)
         log.close()
 
 
