@@ -57,10 +57,10 @@ def measured_configs(handle: lifecycle.StudyHandle) -> list[dict]:
     return list(rows.values())
 
 
-def grid_configs(path: Path) -> tuple[str, str, list[dict]]:
+def grid_configs(path: Path) -> tuple[str, list[dict]]:
     """A measured grid's configs (benchmarks/gpu_vllm_sweep.py convert: `vllm bench sweep serve`'s
-    own runs): the space it launched, its engine, and per config every run of its launches that
-    started, as one row measured as their median."""
+    own runs): the space it launched, and per config every run of its launches that started, as
+    one row measured as their median."""
     doc = json.loads(path.read_text())
     meta, rows = doc["meta"], []
     for point in doc["points"]:
@@ -69,7 +69,7 @@ def grid_configs(path: Path) -> tuple[str, str, list[dict]]:
             rows.append({"study": f"sweep:{path.stem}", "trials": [], "arm": "search",
                          "engine": meta["engine"], "knobs": dict(point["launched_with"]),
                          "runs": runs, "measured": statistics.median(runs)})
-    return meta["launch_space"], meta["engine"], rows
+    return meta["launch_space"], rows
 
 
 def ensure_shape(model: Path) -> None:
@@ -78,6 +78,15 @@ def ensure_shape(model: Path) -> None:
         from tuner import tiny_model
         from tuner.engines.model_config import published_shape
         tiny_model.build(model, config=tiny_model.with_local_tokenizer(published_shape("Qwen/Qwen3-14B")))
+
+
+def with_predictions(rows: list[dict], space, estimator, hardware) -> list[dict]:
+    """Each measured row with the model's prediction for its engine and knobs, or why none."""
+    for r in rows:
+        est = predict(estimator, space, r["engine"], r["knobs"], hardware)
+        r.update(predicted=objective_value(est, space.objective.metric), unsupported=est.unsupported,
+                 notes=list(est.notes))
+    return rows
 
 
 def gap(rows: list[dict]) -> dict:
@@ -113,22 +122,13 @@ def main() -> None:
             handle = lifecycle.load(name, url)
             names.append(name)
             ensure_shape(Path(handle.space.model.resolved_path()))
-            for r in measured_configs(handle):
-                est = predict(estimator, handle.space, r["engine"], r["knobs"], hardware)
-                r["predicted"] = objective_value(est, handle.space.objective.metric)
-                r["unsupported"] = est.unsupported
-                r["notes"] = list(est.notes)
-                rows.append(r)
+            rows += with_predictions(measured_configs(handle), handle.space, estimator, hardware)
     for path in args.grid:
-        space_name, engine, found = grid_configs(path)
+        space_name, found = grid_configs(path)
         space = load_space(space_name)
         ensure_shape(Path(space.model.resolved_path()))
         names.append(f"sweep:{path.stem}")
-        for r in found:
-            est = predict(estimator, space, engine, r["knobs"], hardware)
-            r.update(predicted=objective_value(est, space.objective.metric), unsupported=est.unsupported,
-                     notes=list(est.notes))
-            rows.append(r)
+        rows += with_predictions(found, space, estimator, hardware)
     if not rows:
         ap.error("no measured config: give `tune export` archives or --grid files")
     doc = {"studies": names, "gpu": args.gpu, "estimator": args.estimator, "configs": rows, "gap": gap(rows),

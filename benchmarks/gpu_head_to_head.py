@@ -30,7 +30,7 @@ if __package__ in (None, ""):
 
 from benchmarks import gpu_campaign as gc
 from benchmarks import gpu_judge as gj
-from benchmarks.gpu_vllm_sweep import convert
+from benchmarks.gpu_vllm_sweep import convert, read_json
 from benchmarks.vs_vllm_sweep import bootstrap_median_ci, bootstrap_ratio_ci
 
 WALL_TARGET = 0.40
@@ -59,12 +59,12 @@ def sweep_side(campaign: Path) -> dict:
         if top is None or value > top:
             top = value
             timeline.append([round(active(intervals, end), 1), value])
-    best = max(results, key=lambda r: r["mean"]) if results else None
+    pick = gj.sweep_pick(campaign) if results else None   # the config the judge launches for it
     return {"tool": "vllm bench sweep serve", "wall_s": grid["meta"]["peer_wall_s"],
             "launches": sum(len(p["launches"]) for p in grid["points"]) + len(grid["meta"]["aborted_launches"]),
             "refused_launched": len(grid["meta"]["refused"]), "configs_measured": len(results),
             "configs_planned": len(json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]),
-            "pick": best and best["sweep"], "pick_value": best and best["mean"],
+            "pick": pick and pick["sweep"], "pick_value": pick and pick["value"],
             "results": results, "timeline": timeline}
 
 
@@ -150,12 +150,8 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
         t["meets_quality"] = None if not t["ratio_ci95"] else t["ratio_ci95"][1] >= 1.0
         t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
     return {"sweep": sweep, "tune": tools, "judge": judge,
-            "fidelity": _json(campaign / "fidelity-h200.json"),
+            "fidelity": read_json(campaign / "fidelity-h200.json", None),
             "campaign": json.loads((campaign / "steps.json").read_text())}
-
-
-def _json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def table(data: dict) -> str:

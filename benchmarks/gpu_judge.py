@@ -47,7 +47,7 @@ def sweep_pick(state: Path) -> dict:
         summary = state / "vllm-sweep" / "out" / "grid" / name / "summary.json"
         if not summary.exists():
             continue
-        mean = statistics.mean(r[metric] for r in json.loads(summary.read_text()))
+        mean = statistics.fmean(r[metric] for r in json.loads(summary.read_text()))
         if best is None or mean > best[0]:
             best = (mean, c)
     if best is None:

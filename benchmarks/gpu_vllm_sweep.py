@@ -160,7 +160,7 @@ def sweep_argv(plan: dict, state: Path, resume: bool) -> list[str]:
             *(["--resume"] if resume else [])]
 
 
-def _json(path: Path, default):
+def read_json(path: Path, default):
     return json.loads(path.read_text()) if path.exists() else default
 
 
@@ -172,7 +172,7 @@ def failed_life(found: list[Life]) -> Life | None:
 def invoke(argv: list[str], env: dict, state: Path, note: dict) -> tuple[int | None, list]:
     """One sweep invocation, its lines appended to STATE/sweep.log and the invocation to
     STATE/invocations.json (exit code None: stopped by SIGTERM, the sweep and its servers killed)."""
-    invocations = _json(state / "invocations.json", [])
+    invocations = read_json(state / "invocations.json", [])
     code, lines = None, []
     with (state / "sweep.log").open("a") as log:
         start = time.time()
@@ -200,7 +200,7 @@ def run(state: Path) -> int:
     env = {**os.environ, **plan["env"], "PYTHONUNBUFFERED": "1"}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds invoke(): servers killed
     while True:
-        refused = _json(state / "refused.json", [])
+        refused = read_json(state / "refused.json", [])
         gone = [r["config"] for r in refused]
         left = [c["sweep"] for c in plan["configs"] if c["sweep"] not in gone]
         if not left:
@@ -245,8 +245,8 @@ def convert(state: Path) -> dict:
     plan = json.loads((state / "plan.json").read_text())
     metric = plan["objective"]
     found = lives(read_log(state / "sweep.log"))
-    invocations = _json(state / "invocations.json", [])
-    refused = _json(state / "refused.json", [])
+    invocations = read_json(state / "invocations.json", [])
+    refused = read_json(state / "refused.json", [])
     knobs = list(plan["axes"])
     points, aborted = [], []
     for c in plan["configs"]:
@@ -331,9 +331,9 @@ def _end_of(life: Life, invocations: list[dict]) -> float:
 
 def progress(state: Path) -> str:
     """One line: configs measured, refused and left, and the current server."""
-    plan = _json(state / "plan.json", {"configs": []})
+    plan = read_json(state / "plan.json", {"configs": []})
     done = len(list((state / "out" / EXPERIMENT).glob("*/summary.json")))
-    refused = len(_json(state / "refused.json", []))
+    refused = len(read_json(state / "refused.json", []))
     lines = read_log(state / "sweep.log") if (state / "sweep.log").exists() else []
     found = lives(lines)
     now = ""
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     state: Path = args.state
     if args.cmd == "plan":
         state.mkdir(parents=True, exist_ok=True)
-        old = _json(state / "plan.json", None)
+        old = read_json(state / "plan.json", None)
         if old is not None:  # a later stay: this machine's paths, the same grid as before
             axes = [f"{k}={','.join(map(str, v))}" for k, v in old["axes"].items()]
             plan = make_plan(old["space"], axes, num_runs=old["num_runs"], port=old["port"])

@@ -17,7 +17,7 @@ import sys
 import tarfile
 
 from tests.helpers import REPO
-from tests.unit.study.test_gpu_vllm_sweep import FAKE
+from tests.unit.study.test_gpu_vllm_sweep import install_stand_in
 
 
 def _phase(checkout, env, *args, timeout=300) -> str:
@@ -36,13 +36,7 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     carried.mkdir()
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
     (carried / "h200-vllm-grid-prior.json").write_text("{}")
-    folder = state / "cache" / "engines" / "vllm-0.25.1"
-    (folder / "bin").mkdir(parents=True)
-    (folder / ".tuner-engine.json").write_text(json.dumps(
-        {"engine": "vllm", "package": "vllm", "version": "0.25.1", "python": sys.executable,
-         "kit": "test", "installed": "now"}))
-    (folder / "bin" / "vllm").write_text(FAKE.format(python=sys.executable))
-    (folder / "bin" / "vllm").chmod(0o755)
+    install_stand_in(state / "cache")
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
     bin_dir.mkdir()
     site.mkdir()

@@ -68,10 +68,8 @@ AXES = ["max_num_seqs=256,1024", "kv_cache_dtype=auto,fp8"]
 REFUSED = {"kv_cache_dtype": "fp8", "max_num_seqs": 256}
 
 
-@pytest.fixture()
-def state(tmp_path, monkeypatch):
-    """A plan for 4 configs x 2 runs, its vLLM folder holding the stand-in."""
-    cache = tmp_path / "cache"
+def install_stand_in(cache) -> None:
+    """vLLM 0.25.1's installed folder under ``cache``, its `vllm` the stand-in."""
     folder = cache / "engines" / "vllm-0.25.1"
     (folder / "bin").mkdir(parents=True)
     (folder / ".tuner-engine.json").write_text(json.dumps(
@@ -79,6 +77,13 @@ def state(tmp_path, monkeypatch):
          "kit": "test", "installed": "now"}))
     (folder / "bin" / "vllm").write_text(FAKE.format(python=sys.executable))
     (folder / "bin" / "vllm").chmod(0o755)
+
+
+@pytest.fixture()
+def state(tmp_path, monkeypatch):
+    """A plan for 4 configs x 2 runs, its vLLM folder holding the stand-in."""
+    cache = tmp_path / "cache"
+    install_stand_in(cache)
     monkeypatch.setenv("TUNER_CACHE", str(cache))
     st = tmp_path / "state"
     assert gs.main(["plan", "--state", str(st), "--axes", *AXES, "--num-runs", "2"]) == 0
