@@ -308,8 +308,9 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
                   highlight=False)
     if handle.space.quality is not None:
         console.print(f"quality: {results.quality_summary(ua.get(schema.QUALITY))}", highlight=False)
-    fallback = results.baseline_config(handle.study)
-    bases = results.baseline_configs(handle.study) or ([fallback] if fallback else [])
+    # every baseline; the quality reference only where no baseline served (baseline_config)
+    bases = results.baseline_configs(handle.study) or [
+        b for b in [results.baseline_config(handle.study)] if b is not None]
     if not bases:
         console.print("no feasible baseline to compare with")
     for base in bases:

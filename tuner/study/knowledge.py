@@ -31,7 +31,6 @@ from tuner.space import ENGINE_PARAM, Space
 from tuner.space.suggest import candidate_configs
 from tuner.study.prior import Prediction, config_key, seeds
 
-MODEL_PICK = schema.MODEL_PICK_ARM
 
 
 @dataclass
@@ -211,7 +210,7 @@ def queue(study: optuna.Study, space: Space, knowledge: Knowledge, *, warm_top_k
     if knowledge.model_pick is not None:
         params = dict(knowledge.model_pick.params)
         study.enqueue_trial(params, user_attrs={
-            schema.ARM: MODEL_PICK, schema.ENGINE: _engine(space, params),
+            schema.ARM: schema.MODEL_PICK_ARM, schema.ENGINE: _engine(space, params),
             schema.PREDICTION: knowledge.model_pick.value, schema.PREDICTED_BY: "model"})
     queued = {config_key(knowledge.model_pick.params)} if knowledge.model_pick else set()
     by_source: dict[str, list[Prediction]] = {}

@@ -17,7 +17,6 @@ from tuner.record import schema
 from tuner.record.storage import default_url, open_storage
 from tuner.space import space_from_dict
 from tuner.study import create, load
-from tuner.study.knowledge import MODEL_PICK
 from tuner.study.prior import PriorSampler
 
 pytest.importorskip("aiconfigurator_core", reason="the estimate extra (aiconfigurator-core) is not installed")
@@ -41,7 +40,7 @@ def test_a_prior_queues_the_model_pick_and_diverse_seeds(studies):
     assert "a100_sxm" in source["version"]
     waiting = handle.study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     arms = [t.user_attrs[schema.ARM] for t in waiting]
-    assert arms[:2] == ["vllm-defaults", "trtllm-study-choice"] and arms[2] == MODEL_PICK
+    assert arms[:2] == ["vllm-defaults", "trtllm-study-choice"] and arms[2] == schema.MODEL_PICK_ARM
     pick = waiting[2]
     assert pick.user_attrs[schema.PREDICTION] == max(p["value"] for p in prior["predictions"])
     seeded = [t for t in waiting[3:] if t.user_attrs.get(schema.PREDICTED_BY)]

@@ -14,7 +14,7 @@ import pytest
 from benchmarks import replay_gpu as rg
 from benchmarks.landscape import write_checkpoints
 from tuner.record import schema
-from tuner.study.knowledge import MODEL_PICK, Knowledge
+from tuner.study.knowledge import Knowledge
 from tuner.study.prior import Prediction, PriorSampler
 
 SMALL = {"quantization": ["none", "fp8"], "max_num_seqs": [256, 1024],
@@ -60,7 +60,7 @@ def test_the_prior_arm_runs_the_live_driver_and_is_read_back(land, space):
     run = rg.replay(space, grid, "tpe-prior", 0, n_trials=8, knowledge=knowledge, hardware_gpu=GPU)
     trials = run.study.get_trials(deepcopy=False)
     arms = [t.user_attrs.get(schema.ARM) for t in trials]
-    assert arms[:4] == ["vllm-defaults", "sglang-defaults", "trtllm-defaults", MODEL_PICK]
+    assert arms[:4] == ["vllm-defaults", "sglang-defaults", "trtllm-defaults", schema.MODEL_PICK_ARM]
     assert trials[3].params == knowledge.model_pick.params
     assert isinstance(run.study.sampler, PriorSampler)
     assert run.launches == 8

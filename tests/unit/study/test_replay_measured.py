@@ -13,7 +13,7 @@ import pytest
 from benchmarks import replay_measured as rm
 from tuner.record import schema
 from tuner.space import ENGINE_PARAM
-from tuner.study.knowledge import MODEL_PICK, carried_predictions
+from tuner.study.knowledge import carried_predictions
 from tuner.study.replay import Grid
 
 ARCHIVE = rm.REPO / "docs" / "results" / "h200-engines.tar.gz"
@@ -118,7 +118,7 @@ def test_the_calibrated_bias_moves_the_models_pick_to_vllm(runs, priors):
     assert priors["calibrated"].model_pick.params[ENGINE_PARAM] == "vllm"
     for name, engine in (("tpe-prior", "vllm"), ("tpe-prior-raw", "sglang")):
         trials = runs[name].study.get_trials(deepcopy=False)
-        pick = next(t for t in trials if t.user_attrs.get(schema.ARM) == MODEL_PICK)
+        pick = next(t for t in trials if t.user_attrs.get(schema.ARM) == schema.MODEL_PICK_ARM)
         assert pick.params[ENGINE_PARAM] == engine
 
 
