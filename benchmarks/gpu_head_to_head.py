@@ -49,11 +49,17 @@ def sweep_side(campaign: Path) -> dict:
         ok = [launch for launch in p["launches"] if launch["ok"]]
         if not any(launch["complete"] for launch in ok):
             continue
-        values = [r["value"] for launch in ok for r in launch["full"]]
+        runs = [r for launch in ok for r in launch["full"]]
+        values = [r["value"] for r in runs]
         end = max(datetime.fromisoformat(launch["started"]).timestamp() + launch["timings"]["total_s"]
                   for launch in ok)
         results.append({"params": p["params"], "sweep": p["sweep"], "values": values,
-                        "mean": statistics.fmean(values)})
+                        "mean": statistics.fmean(values),
+                        "cv": statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None,
+                        "ready_s": [launch["timings"]["ready_s"] for launch in ok],
+                        "launch_s": [launch["timings"]["total_s"] for launch in ok],
+                        "bench_s": statistics.fmean(r["seconds"] for r in runs),
+                        "run_s": statistics.fmean(r["peer_s"] for r in runs)})
         ends.append((end, statistics.fmean(values)))
     for end, value in sorted(ends):
         if top is None or value > top:
@@ -154,6 +160,19 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
             "campaign": json.loads((campaign / "steps.json").read_text())}
 
 
+def sweep_table(data: dict) -> str:
+    """The sweep's configs as measured: ready time, its runs, their mean and CV, the launch's
+    total, and each run's benchmark against its wall-clock in the sweep (the client's start-up)."""
+    lines = ["| config | ready (s) | runs (tok/s) | mean | CV | launch (s) | benchmark / run in the sweep (s) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in data["sweep"]["results"]:
+        cv = f"{100 * r['cv']:.1f} %" if r["cv"] is not None else "-"
+        lines.append(f"| {r['params']} | {', '.join(f'{x:.0f}' for x in r['ready_s'])} | "
+                     f"{', '.join(f'{v:,.0f}' for v in r['values'])} | {r['mean']:,.0f} | {cv} | "
+                     f"{', '.join(f'{x:.0f}' for x in r['launch_s'])} | {r['bench_s']:.1f} / {r['run_s']:.1f} |")
+    return "\n".join(lines)
+
+
 def table(data: dict) -> str:
     s = data["sweep"]
     lines = ["| tool | wall-clock | launches | refused launched | recommends | its value | judged ratio to the sweep's pick [95 %] | targets |",
@@ -211,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         studies[variant] = archive
     data = report(args.campaign, studies)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(sweep_table(data) + "\n")
     print(table(data))
     if args.plot:
         plot(data, args.plot)

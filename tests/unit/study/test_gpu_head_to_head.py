@@ -36,6 +36,11 @@ def test_the_sweeps_side_is_its_own_wall_clock_launches_and_pick(campaign):
     values = [v for _, v in sweep["timeline"]]
     assert times == sorted(times) and values == sorted(values) and 0 < times[-1] <= sweep["wall_s"]
     assert sweep["timeline"][-1][1] == best["mean"]
+    first = grid["points"][0]["launches"][0]
+    row = sweep["results"][0]
+    assert row["ready_s"] == [first["timings"]["ready_s"]] and row["launch_s"] == [first["timings"]["total_s"]]
+    assert row["run_s"] > row["bench_s"] > 0          # a run in the sweep includes its client's start-up
+    assert len(hh.sweep_table({"sweep": sweep}).splitlines()) == 2 + sweep["configs_measured"]
     assert hh.active([(0, 10), (20, 30)], 25) == 15 and hh.active([(0, 10)], -1) == 0
 
 
