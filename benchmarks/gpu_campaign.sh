@@ -17,12 +17,12 @@
 #   (the stay that reaches the last step, sglang-grid, also stages SGLang's kit: 2 more `stage`
 #   calls, .kits/sglang-0.5.17's part00, then part01 + install.sh + SHA256SUMS)
 #   bash benchmarks/gpu_campaign.sh start    # carry: .gpu-state (the prior, and from the second
-#        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz, engine-caches.tar.gz.NN)
+#        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz)
 #        # installs, restores the state (tune import for the studies), runs the queue in the background
 #        # (.gpu-state too large for one call with the tree: carry some of it with a `stage` call)
 #   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress
 #   bash benchmarks/gpu_campaign.sh finish   # stop the queue (SIGTERM), the state into $OUT:
-#        # campaign.tar.gz, tune export of each study, the compile caches in 15 MiB parts
+#        # campaign.tar.gz and tune export of each study
 # Back here: copy $OUT's files into .gpu-state for the next stay; read them with
 #   python -m benchmarks.gpu_vllm_sweep convert / benchmarks/gpu_head_to_head.py (docs say how).
 set -uo pipefail
@@ -32,7 +32,7 @@ CAMP="$STATE/campaign"
 STUDIES=(h2h-prior h2h-noprior h200-sglang-grid)
 alive() { pid=$(cat "$STATE/campaign.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
 # The checkout is replaced by every call, so what a call carried in .gpu-state is kept outside it;
-# any call of the stay may carry a part of it (the compile caches alone can be 45 MiB).
+# any call of the stay may carry a part of it.
 CARRIED="$STATE/carried"
 keep_state() { [ -d .gpu-state ] && mkdir -p "$CARRIED" && cp .gpu-state/* "$CARRIED/" 2>/dev/null; true; }
 
@@ -55,11 +55,6 @@ start)
       "${TUNE[@]}" import "$CARRIED/$study.tar.gz" || exit 1
     fi
   done
-  if ls "$CARRIED"/engine-caches.tar.gz.* > /dev/null 2>&1 && [ ! -f "$STATE/.caches-carried" ]; then
-    cat "$CARRIED"/engine-caches.tar.gz.* | tar -xzf - -C "$TUNER_CACHE" \
-      && touch "$STATE/.caches-carried" \
-      && stamp "the previous stay's compile caches: $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1)"
-  fi
   mkdir -p "$CAMP"
   [ -f "$CARRIED/h200-vllm-grid-prior.json" ] && cp "$CARRIED/h200-vllm-grid-prior.json" "$CAMP/"
   python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
@@ -92,13 +87,8 @@ finish)
   for study in "${STUDIES[@]}"; do
     [ -f "$TUNER_STUDIES_DIR/$study.db" ] && "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz"
   done
-  # The compile caches (torch.compile, Inductor, Triton), so the next stay's launches start as warm
-  # as they would on one machine: in parts a returned file may be (16 MiB), 3 at most.
-  tar -czf - -C "$TUNER_CACHE" engine-caches | split -b 15M -d -a 2 - "$OUT/engine-caches.tar.gz."
-  if [ "$(ls "$OUT"/engine-caches.tar.gz.* | wc -l)" -gt 3 ]; then
-    stamp "compile caches $(du -sh "$TUNER_CACHE/engine-caches" | cut -f1): over 3 parts, not kept"
-    rm -f "$OUT"/engine-caches.tar.gz.*
-  fi
+  # The compile caches stay behind: 448 MiB after the second stay's FP8 launches (34 MiB after the
+  # first stay's BF16 ones), more than the calls of a stay can carry; each stay starts cold.
   ls -la "$OUT"
   sleep 5; gpu_mem | tee "$OUT/gpu-memory-after.txt"
   ;;
