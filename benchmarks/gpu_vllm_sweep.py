@@ -300,6 +300,7 @@ def convert(state: Path) -> dict:
                           "included); teardown_s: last [END BENCHMARK] to [END SERVER] (the sweep "
                           "SIGKILLs the server's process group and does not wait for it)",
                  "peer_wall_s": round(wall, 1), "invocations": invocations,
+                 "stay_overhead_s": round(stay_overhead(found, invocations, aborted), 1),
                  "refused": [{"config": r["config"], "error": r["error"][-12:]} for r in refused],
                  "aborted_launches": aborted, "planned": plan["planned"]},
         "knobs": knobs, "points": points}
@@ -323,6 +324,20 @@ def replay_space_doc(plan: dict) -> dict:
     raw.update(name=f"{plan['space']}-replay",
                prior=raw.get("prior") or {"estimator": "aiconfigurator", "gpu": "h200-141gb"})
     return raw
+
+
+def stay_overhead(found: list[Life], invocations: list[dict], aborted: list[dict]) -> float:
+    """Seconds the sweep spent only because it ran across stays: launches stopped at the end of a
+    stay before their first run, and the start-up before the first server of each invocation that
+    resumed after a stop (exit code None; a resume after a refused config is the peer's own cost).
+    One uninterrupted sweep would not have spent them."""
+    restarts = 0.0
+    for before, inv in zip(invocations, invocations[1:]):
+        if before["exit_code"] is not None:
+            continue
+        begins = [life.begin for life in found if inv["start"] <= life.begin <= inv["end"]]
+        restarts += (min(begins) if begins else inv["end"]) - inv["start"]
+    return restarts + sum(a["seconds"] for a in aborted)
 
 
 def _end_of(life: Life, invocations: list[dict]) -> float:

@@ -34,6 +34,7 @@ if "--resume" not in a and exp.exists():
     sys.exit("ValueError: Cannot overwrite existing experiment_dir")
 refuse = json.loads(os.environ.get("FAKE_REFUSE", "{{}}"))
 hang_after = int(os.environ.get("FAKE_HANG_AFTER_RUNS", "0"))
+time.sleep(float(os.environ.get("FAKE_STARTUP_S", "0")))   # the real one imports vLLM: about 30 s
 for c in json.loads(Path(opt("--serve-params")).read_text()):
     d = exp / ("SERVE--" + "-".join(f"{{k}}={{v}}" for k, v in c.items()))
     if (d / "summary.json").exists():
@@ -124,7 +125,7 @@ def test_a_refused_config_is_dropped_a_stop_keeps_what_ran_and_the_grid_replays(
     # The stop killed the sweep: the third run's server (the last life) is left open.
     assert gs.progress(state).startswith("1 configs measured, 1 refused, of 4")
 
-    second = _runner(state, FAKE_REFUSE=json.dumps(REFUSED))
+    second = _runner(state, FAKE_REFUSE=json.dumps(REFUSED), FAKE_STARTUP_S="0.5")
     assert second.wait(timeout=60) == 0, second.stdout.read()
     invocations = json.loads((state / "invocations.json").read_text())
     assert [i["exit_code"] for i in invocations] == [1, None, 0]
@@ -138,6 +139,9 @@ def test_a_refused_config_is_dropped_a_stop_keeps_what_ran_and_the_grid_replays(
     assert doc["meta"]["peer_wall_s"] == pytest.approx(
         sum(i["end"] - i["start"] for i in invocations), abs=0.1)
     assert doc["meta"]["refused"][0]["config"] == REFUSED
+    # Only the resume after the stop is the stays' cost (its start-up), the one after the refusal
+    # the peer's own, and the stopped launch had measured runs: it is not an aborted one.
+    assert 0.5 <= doc["meta"]["stay_overhead_s"] < 1.5 and not doc["meta"]["aborted_launches"]
     by_config = {json.dumps(p["sweep"], sort_keys=True): p for p in doc["points"]}
     assert len(by_config) == 4
     refused_point = by_config[json.dumps(REFUSED, sort_keys=True)]
