@@ -1,8 +1,8 @@
 """benchmarks/gpu_campaign.sh, the H200 stay's entry point, run here through its phases as a stay
-runs them (stage, start, poll, finish), with the first stay's real campaign state carried in
+runs them (stage, start, poll, finish), with the committed real campaign state carried in
 .gpu-state and a stand-in for vLLM 0.25.1's `vllm bench sweep serve` (the one
 test_gpu_vllm_sweep.py checks the driver against). What it shows: a stage call keeps what it
-carried outside the checkout, start restores the campaign and resumes the sweep where the first
+carried outside the checkout, start restores the campaign and resumes the sweep where the last
 stay stopped, the steps that need a GPU fail without stopping the queue, and finish returns the
 state for the next stay. The device time this saves is the point: a broken phase found on the
 H200 costs a stay."""
@@ -47,21 +47,28 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
            "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site),
            "FAKE_REFUSE": json.dumps({"max_num_seqs": 7})}   # no config refused
 
+    with tarfile.open(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "before", filter="data")
+    before = tmp_path / "before" / "campaign"
+    stays = json.loads((before / "vllm-sweep" / "invocations.json").read_text())
+    measured = len(list((before / "vllm-sweep" / "out").glob("*/*/summary.json")))
+    assert 0 < measured < 16
+
     _phase(checkout, env, "stage")
     shutil.rmtree(carried)                                  # the next call carries none of it
     started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "campaign started" in started
     polled = _phase(checkout, env, "poll", "120")
     assert "the campaign has exited" in polled
-    assert "16 configs measured, 0 refused, of 16" in polled   # 7 from the first stay, 9 now
+    assert "16 configs measured, 0 refused, of 16" in polled   # the earlier stays' and the rest now
     _phase(checkout, env, "finish")
 
     with tarfile.open(out / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "back", filter="data")
     record = json.loads((tmp_path / "back" / "campaign" / "steps.json").read_text())
-    assert record["sweep"]["done"] and len(record["sweep"]["runs"]) == 2
+    assert record["sweep"]["done"] and len(record["sweep"]["runs"]) == len(stays) + 1
     invocations = json.loads((tmp_path / "back" / "campaign" / "vllm-sweep" / "invocations.json").read_text())
-    assert [i["resume"] for i in invocations] == [False, True]
+    assert invocations[:-1] == stays and invocations[-1]["resume"] and invocations[-1]["exit_code"] == 0
     # No GPU here: the tune steps fail at tune's own preflight, each without stopping the queue.
     for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid"):
         assert record[step]["runs"] and not record[step]["done"], step
