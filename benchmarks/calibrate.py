@@ -12,7 +12,9 @@ H200, benchmarks/gpu_vllm_sweep.py convert), its runs of a config one row likewi
 given over everything and per source.
 
     .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz \\
-        docs/results/h200-vllm.tar.gz --gpu h200-141gb --out benchmarks/data/reality-gap-h200.json
+        docs/results/h200-vllm.tar.gz docs/results/h200-engines-prior.tar.gz \\
+        --grid benchmarks/data/grid-vllm-h200.json --gpu h200-141gb \\
+        --out benchmarks/data/reality-gap-h200.json      # the gap benchmarks/replay_gpu.py reads
     .venv/bin/python benchmarks/calibrate.py --grid benchmarks/data/grid-vllm-h200.json --gpu h200-141gb \
         --out benchmarks/data/reality-gap-h200-sweep.json
 """
