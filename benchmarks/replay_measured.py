@@ -23,6 +23,7 @@ exported study of a ``sampler: grid`` space (``from-study``, benchmarks/study_gr
 
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py slice    # -> grid-h200-slice.json
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py from-study ARCHIVE --out G
+    PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py restrict --grid G --fix KNOB=VALUE --out G2
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py predict --grid G   # needs aiconfigurator
     PYTHONPATH=. .venv/bin/python benchmarks/replay_measured.py replay --grid G [--seeds 50]
 """
@@ -121,6 +122,36 @@ def slice_from_study(archive: Path) -> dict:
                      "space": space},
             "knobs": [ENGINE_PARAM, *dict.fromkeys(k for ps in SLICE_PARAMS.values() for k in ps)],
             "points": points}
+
+
+# ---- a part of a grid ----------------------------------------------------------------------------
+
+def restrict(doc: dict, fixed: dict[str, object]) -> dict:
+    """The grid with some knobs fixed at one of their values: the points that have them, and a
+    replay space whose fixed knobs offer only that value. A grid measured in part (a stay ended
+    before its last config) replays on the part that is complete, and CI replays a small slice of
+    the real grid. Refused unless every config the smaller space proposes was measured."""
+    space = json.loads(json.dumps(doc["meta"]["space"]))
+    (engine,) = space["engines"]
+    params = space["engines"][engine]["params"]
+    for knob, value in fixed.items():
+        if knob not in params:
+            raise SystemExit(f"--fix {knob}: not a knob of this grid (its knobs: {', '.join(params)})")
+        if value not in params[knob]["choices"]:
+            raise SystemExit(f"--fix {knob}={value}: not one of its values {params[knob]['choices']}")
+        if params[knob]["default"] != value:
+            space["baselines"] = []   # the engine's defaults are outside the part
+        params[knob] = {**params[knob], "choices": [value], "default": value}
+    tag = ",".join(f"{k}={v}" for k, v in fixed.items())
+    space["name"] = "-".join([space["name"], *(f"{k}.{v}" for k, v in fixed.items())])
+    points = [p for p in doc["points"] if all(p["params"].get(k) == v for k, v in fixed.items())]
+    measured = {json.dumps(p["params"], sort_keys=True) for p in points}
+    missing = proposable(Space.model_validate(space)) - measured
+    if missing:
+        raise SystemExit(f"the part {tag} of the grid lacks measured configs: {sorted(missing)}")
+    return {"meta": {**doc["meta"], "space": space, "restricted": fixed,
+                     "what": f"{doc['meta']['what']}; only its configs with {tag}"},
+            "knobs": doc["knobs"], "points": points}
 
 
 # ---- the model's predictions, made once ---------------------------------------------------------
@@ -262,6 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--model-shape", default="Qwen3-14B", help="the published shape the rules read")
     g.add_argument("--gpu", default="h200-141gb", help="hardware profile the replay judges rules with")
+    f = sub.add_parser("restrict", help="the part of a grid with some knobs fixed (KNOB=VALUE)")
+    f.add_argument("--grid", type=Path, required=True)
+    f.add_argument("--fix", action="append", required=True, metavar="KNOB=VALUE")
+    f.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("predict", help="the model's prediction for each point (needs aiconfigurator)")
     p.add_argument("--grid", type=Path, default=SLICE)
     r = sub.add_parser("replay")
@@ -284,6 +319,17 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(len(p["launches"]) for p in doc["points"])
         refused = sum(not launch["ok"] for p in doc["points"] for launch in p["launches"])
         print(f"{len(doc['points'])} configs, {n} launches ({refused} refused) -> {args.out}")
+        return 0
+    if args.cmd == "restrict":
+        fixed = {}
+        for item in args.fix:
+            knob, sep, value = item.partition("=")
+            if not sep:
+                raise SystemExit(f"--fix {item}: expected KNOB=VALUE")
+            fixed[knob] = json.loads(value) if value.lstrip("-").isdigit() else value
+        doc = restrict(json.loads(args.grid.read_text()), fixed)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"{len(doc['points'])} configs -> {args.out}")
         return 0
     if args.cmd == "predict":
         found = predict_points(json.loads(args.grid.read_text()), predictions_path(args.grid))

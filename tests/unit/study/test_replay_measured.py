@@ -1,7 +1,9 @@
 """The measured-grid replay (benchmarks/replay_measured.py) on the slice of real H200 measurements
 (benchmarks/data/grid-h200-slice.json: the five configs the h200-engines study launched): the slice
 is what the code makes from the exported study, every strategy runs the live driver on it, and the
-launches, the answer and the engine-seconds are read back from the data."""
+launches, the answer and the engine-seconds are read back from the data. Then a slice of the peer's
+own measured grid (benchmarks/data/grid-vllm-h200.json, `vllm bench sweep serve` on the H200),
+replayed with the real model's predictions."""
 
 from __future__ import annotations
 
@@ -129,3 +131,42 @@ def test_the_summary_reads_the_runs(runs):
         assert set(s["at_launches"]) == {str(b) for b in rm.BUDGETS}
         assert s["launches_mean"] == runs[name].launches
         assert s["reach_launches_median"] == runs[name].reach_launches()
+
+
+# ---- a slice of the peer's measured grid (benchmarks/data/grid-vllm-h200.json) ----------------
+
+PEER_GRID = rm.DATA / "grid-vllm-h200.json"
+FP8_AUTO_8192 = {"max_num_tokens": 8192, "kv_cache_dtype": "auto"}
+
+
+def test_a_part_of_the_grid_is_refused_while_a_config_it_proposes_is_unmeasured():
+    doc = json.loads(PEER_GRID.read_text())
+    part = rm.restrict(doc, FP8_AUTO_8192)
+    assert len(part["points"]) == 4 and part["meta"]["space"]["baselines"]   # the defaults are in it
+    gone = part["points"][0]["params"]
+    doc["points"] = [p for p in doc["points"] if p["params"] != gone]
+    with pytest.raises(SystemExit, match="lacks measured configs") as e:
+        rm.restrict(doc, FP8_AUTO_8192)
+    assert json.dumps(gone, sort_keys=True) in str(e.value)
+    with pytest.raises(SystemExit, match="not one of its values"):
+        rm.restrict(doc, {"max_num_tokens": 4096})
+
+
+def test_the_prior_finds_the_online_fp8_step_of_the_peers_grid_at_its_second_launch(tmp_path):
+    # The part at 8,192 batched tokens and KV auto: BF16 and online FP8 weights at 256 and 1,024
+    # sequences, each measured by `vllm bench sweep serve` on the H200 (3 runs per launch).
+    part = rm.restrict(json.loads(PEER_GRID.read_text()), FP8_AUTO_8192)
+    grid = Grid.from_json(part)
+    assert grid.best_params["quantization"] == "fp8"
+    space = rm.replay_space(part, tmp_path / "shapes")
+    found = rm.predict_points(part, tmp_path / "predictions.json")      # the real model
+    assert len(found.predictions) == 4
+    bias = {e: g["bias"] for e, g in json.loads(rm.GAP.read_text())["gap"].items()}
+    prior = rm.calibrated(found, bias, space)
+    assert prior.model_pick.params["quantization"] == "fp8"
+    run = rm.replay(space, grid, "tpe-prior", 0, n_trials=8, knowledge=prior, hardware_gpu="h200-141gb",
+                    table=rm.STRATEGIES)
+    assert run.reach_launches() == 2           # the defaults, then the model's pick
+    run = rm.replay(space, grid, "grid", 0, n_trials=8, hardware_gpu="h200-141gb", table=rm.STRATEGIES)
+    assert run.launches == len(grid.points) + 1 and run.final >= 0.98
+    assert run.seconds == pytest.approx(sum(_cost(grid, t.params) for t in run.trials), rel=0.02)
