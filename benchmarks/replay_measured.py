@@ -46,7 +46,8 @@ from benchmarks.replay import TOLERANCE, Run
 from benchmarks.replay_gpu import _fmt, replay, summarize
 from benchmarks.study_grid import grid_from_study, launch_of, proposable
 from tuner.space import ENGINE_PARAM, Space
-from tuner.files import write_atomic
+from tuner.errors import InputError
+from tuner.files import read_text, write_atomic
 from tuner.study.knowledge import PREDICTIONS_FORMAT, Knowledge, carried_predictions
 from tuner.study.prior import Prediction
 from tuner.study.replay import Grid
@@ -130,15 +131,19 @@ def restrict(doc: dict, fixed: dict[str, object]) -> dict:
     """The grid with some knobs fixed at one of their values: the points that have them, and a
     replay space whose fixed knobs offer only that value. A grid measured in part (a stay ended
     before its last config) replays on the part that is complete, and CI replays a small slice of
-    the real grid. Refused unless every config the smaller space proposes was measured."""
+    the real grid. A value is one of the knob's choices or its text (as ``--fix`` gives it).
+    Refused unless every config the smaller space proposes was measured."""
     space = json.loads(json.dumps(doc["meta"]["space"]))
     (engine,) = space["engines"]
     params = space["engines"][engine]["params"]
-    for knob, value in fixed.items():
+    fixed = dict(fixed)
+    for knob, given in fixed.items():
         if knob not in params:
-            raise SystemExit(f"--fix {knob}: not a knob of this grid (its knobs: {', '.join(params)})")
-        if value not in params[knob]["choices"]:
-            raise SystemExit(f"--fix {knob}={value}: not one of its values {params[knob]['choices']}")
+            raise InputError(f"--fix {knob}: not a knob of this grid (its knobs: {', '.join(params)})")
+        value = next((c for c in params[knob]["choices"] if str(c) == str(given)), None)
+        if value is None:
+            raise InputError(f"--fix {knob}={given}: not one of its values {params[knob]['choices']}")
+        fixed[knob] = value
         if params[knob]["default"] != value:
             space["baselines"] = []   # the engine's defaults are outside the part
         params[knob] = {**params[knob], "choices": [value], "default": value}
@@ -148,7 +153,7 @@ def restrict(doc: dict, fixed: dict[str, object]) -> dict:
     measured = {json.dumps(p["params"], sort_keys=True) for p in points}
     missing = proposable(Space.model_validate(space)) - measured
     if missing:
-        raise SystemExit(f"the part {tag} of the grid lacks measured configs: {sorted(missing)}")
+        raise InputError(f"the part {tag} of the grid lacks measured configs: {sorted(missing)}")
     return {"meta": {**doc["meta"], "space": space, "restricted": fixed,
                      "what": f"{doc['meta']['what']}; only its configs with {tag}"},
             "knobs": doc["knobs"], "points": points}
@@ -325,10 +330,15 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.fix:
             knob, sep, value = item.partition("=")
             if not sep:
-                raise SystemExit(f"--fix {item}: expected KNOB=VALUE")
-            fixed[knob] = json.loads(value) if value.lstrip("-").isdigit() else value
-        doc = restrict(json.loads(args.grid.read_text()), fixed)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+                ap.error(f"--fix {item}: expected KNOB=VALUE")
+            fixed[knob] = value
+        try:
+            doc = restrict(json.loads(read_text(args.grid, "--grid")), fixed)
+        except InputError as e:
+            ap.error(str(e))
+        except (ValueError, KeyError, TypeError) as e:
+            ap.error(f"--grid {args.grid}: not a measured grid ({type(e).__name__}: {e})")
+        write_atomic(args.out, json.dumps(doc, indent=1) + "\n")
         print(f"{len(doc['points'])} configs -> {args.out}")
         return 0
     if args.cmd == "predict":

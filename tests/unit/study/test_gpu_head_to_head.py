@@ -34,6 +34,7 @@ def test_the_sweeps_side_is_its_own_wall_clock_launches_and_pick(campaign):
     aborted = sum(a["seconds"] for a in grid["meta"]["aborted_launches"])
     resumed = sum(1 for i in grid["meta"]["invocations"][:-1] if i["exit_code"] is None)
     assert aborted + 10 * resumed < sweep["stay_overhead_s"] < aborted + 60 * resumed
+    assert sweep["wall_whole_s"] == pytest.approx(sweep["wall_s"] - sweep["stay_overhead_s"])
     assert sweep["configs_measured"] == len(grid["points"]) and sweep["configs_planned"] == 16
     best = max(sweep["results"], key=lambda r: r["mean"])
     assert sweep["pick"] == best["sweep"] and sweep["pick_value"] == best["mean"]

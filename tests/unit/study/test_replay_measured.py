@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from benchmarks import replay_measured as rm
+from tuner.errors import InputError
 from tuner.record import schema
 from tuner.space import ENGINE_PARAM
 from tuner.study.knowledge import carried_predictions
@@ -145,11 +146,27 @@ def test_a_part_of_the_grid_is_refused_while_a_config_it_proposes_is_unmeasured(
     assert len(part["points"]) == 4 and part["meta"]["space"]["baselines"]   # the defaults are in it
     gone = part["points"][0]["params"]
     doc["points"] = [p for p in doc["points"] if p["params"] != gone]
-    with pytest.raises(SystemExit, match="lacks measured configs") as e:
+    with pytest.raises(InputError, match="lacks measured configs") as e:
         rm.restrict(doc, FP8_AUTO_8192)
     assert json.dumps(gone, sort_keys=True) in str(e.value)
-    with pytest.raises(SystemExit, match="not one of its values"):
+    with pytest.raises(InputError, match="not one of its values"):
         rm.restrict(doc, {"max_num_tokens": 4096})
+    assert rm.restrict(part, {"max_num_seqs": "1024"})["meta"]["restricted"]["max_num_seqs"] == 1024
+
+
+def test_restrict_refuses_bad_input_with_exit_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "part.json"
+    (tmp_path / "not-a-grid.json").write_text("{}")
+    for argv, named in ((["--grid", str(PEER_GRID), "--fix", "max_num_tokens"], "--fix max_num_tokens"),
+                        (["--grid", str(PEER_GRID), "--fix", "max_num_tokens=4096"], "max_num_tokens=4096"),
+                        (["--grid", str(tmp_path / "missing.json"), "--fix", "max_num_tokens=8192"], "missing.json"),
+                        (["--grid", str(tmp_path / "not-a-grid.json"), "--fix", "max_num_tokens=8192"],
+                         "not-a-grid.json: not a measured grid")):
+        with pytest.raises(SystemExit) as e:
+            rm.main(["restrict", *argv, "--out", str(out)])
+        assert e.value.code == 2 and not out.exists(), argv
+        err = capsys.readouterr().err
+        assert named in err and "Traceback" not in err, err
 
 
 def test_the_prior_finds_the_online_fp8_step_of_the_peers_grid_at_its_second_launch(tmp_path):
