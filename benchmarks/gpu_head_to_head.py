@@ -139,7 +139,7 @@ def judged(campaign: Path) -> dict:
 def arm_of(pick: dict | None, arm: str, judge: dict, configs: list[dict]) -> str | None:
     """The judge's arm that measured this pick (equal configs share one arm; the plan's configs
     pair each config's knobs with its sweep overrides)."""
-    if arm != "search":
+    if not gj.names_a_config(arm):
         return gj.DEFAULTS
     for label, j in judge.items():
         knobs = next((c["knobs"] for c in configs if c["sweep"] == j["config"]), None)
@@ -193,7 +193,7 @@ def table(data: dict) -> str:
         targets = ", ".join(f"{k.split('_')[1]} {'met' if v else 'missed'}"
                             for k, v in (("meets_quality", t["meets_quality"]), ("meets_wall", t["meets_wall"]))
                             if v is not None)
-        pick = "the defaults" if t["pick_arm"] != "search" else t["pick"]
+        pick = t["pick"] if gj.names_a_config(t["pick_arm"]) else "the defaults"
         lines.append(f"| {t['tool']} | {t['wall_s'] / 60:.1f} min{share} | {t['launches']} | "
                      f"{t['refused_launched']} | {pick} | {t['pick_value'] or 0:,.0f} (n={t['pick_n']}) | {ratio} | {targets} |")
     return "\n".join(lines)

@@ -7,7 +7,7 @@ defaults (no flags at all), launched interleaved (A B C ... A B C ...), ROUNDS t
 - the sweep's pick: the config with the best mean objective over its runs, as a user of `vllm
   bench sweep serve` reads its summary;
 - tune's picks: STATE/picks/*.json (benchmarks/gpu_campaign.py pick, after each `tune confirm`);
-  a pick that is a baseline is the defaults arm;
+  a pick that is a baseline (not a search trial or the model's pick) is the defaults arm;
 - the defaults: the plan's ``defaults_cmd`` (no knob flags, the model's own max_seq_len).
 
 Every launch is appended to STATE/judge.json as it ends, so a stopped judge resumes with the next
@@ -32,10 +32,18 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.sweep_peer import config_flags
+from tuner.record import schema
 
 ROUNDS = 2
 SWEEP = "sweep"
 DEFAULTS = "defaults"
+
+
+def names_a_config(arm: str) -> bool:
+    """Whether tune's pick was launched with its knobs set (a search trial, or the performance
+    model's pick, which tune launches as a control), rather than as a baseline: the engine's
+    defaults, which the judge launches with no flags."""
+    return arm in (schema.SEARCH, schema.MODEL_PICK_ARM)
 
 
 def sweep_pick(state: Path) -> dict:
@@ -63,7 +71,7 @@ def arms(state: Path) -> dict[str, dict | None]:
     out: dict[str, dict | None] = {SWEEP: sweep_pick(state)["sweep"], DEFAULTS: None}
     for path in sorted((state / "picks").glob("*.json")):
         doc = json.loads(path.read_text())
-        if doc["arm"] != "search":
+        if not names_a_config(doc["arm"]):
             continue                                   # tune recommends a baseline: the defaults arm
         key = json.dumps({k: doc["params"][k] for k in plan["axes"]}, sort_keys=True)
         if key not in by_knobs:

@@ -115,7 +115,7 @@ def test_the_judges_arms_merge_equal_picks_and_a_baseline_pick_is_the_defaults(t
                         {"knobs": {"max_num_seqs": 16}, "sweep": {"max_num_seqs": 16}}]}
     state = _state_with_results(tmp_path, plan, {"SERVE--max_num_seqs=8": 90.0, "SERVE--max_num_seqs=16": 100.0},
                                 {"prior-25": {"arm": "search", "params": {"max_num_seqs": 16}},
-                                 "prior-50": {"arm": "search", "params": {"max_num_seqs": 8}},
+                                 "prior-50": {"arm": "model-pick", "params": {"max_num_seqs": 8}},
                                  "noprior-25": {"arm": "vllm-defaults", "params": {"max_num_seqs": 16}}})
     assert gj.sweep_pick(state)["knobs"] == {"max_num_seqs": 16}
     assert gj.arms(state) == {"sweep": {"max_num_seqs": 16}, "defaults": None,

@@ -65,7 +65,7 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     (campaign / "steps.json").write_text(json.dumps(record))
     fp8 = plan["configs"][-1]                                     # the grid's last config
     (campaign / "picks" / "prior-25.json").write_text(json.dumps(
-        {"arm": "search", "params": fp8["knobs"], "median": 9000.0, "n": 2}))
+        {"arm": "model-pick", "params": fp8["knobs"], "median": 9000.0, "n": 2}))   # as on the H200
     sweep_pick = hh.sweep_side(campaign)["pick"]
     (campaign / "judge.json").write_text(json.dumps({
         "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
@@ -84,4 +84,5 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     low, high = tune["ratio_ci95"]
     assert 9800 / 7602 <= low <= high <= 9820 / 7600 and tune["meets_quality"]
     assert data["judge"]["defaults"]["ratio_to_sweep"] == pytest.approx(7501 / 7601)
-    assert "tune prior 25 %" in hh.table(data)
+    row = next(line for line in hh.table(data).splitlines() if "tune prior 25 %" in line)
+    assert str(fp8["knobs"]) in row and "the defaults" not in row
