@@ -5,7 +5,9 @@ test_gpu_vllm_sweep.py checks the driver against). What it shows: a stage call k
 carried outside the checkout, start restores the campaign and resumes the sweep where the last
 stay stopped, the steps that need a GPU fail without stopping the queue, and finish returns the
 state for the next stay. The device time this saves is the point: a broken phase found on the
-H200 costs a stay."""
+H200 costs a stay. The committed sweep is complete, so the state carried in is the committed one
+cut back to a stopped sweep: its newest config and everything after the sweep removed, as a stay's
+end leaves it."""
 
 from __future__ import annotations
 
@@ -27,6 +29,27 @@ def _phase(checkout, env, *args, timeout=300) -> str:
     return done.stdout
 
 
+def _stopped_sweep(folder):
+    """The committed campaign as a stay's end leaves a sweep: the newest measured config's results
+    gone, the sweep's runs and invocations that ended after it left out, no later step begun."""
+    with tarfile.open(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz") as tar:
+        tar.extractall(folder, filter="data")
+    camp = folder / "campaign"
+    newest = max((camp / "vllm-sweep" / "out").glob("*/*/summary.json"), key=lambda p: p.stat().st_mtime)
+    cut = newest.stat().st_mtime
+    shutil.rmtree(newest.parent)
+    invocations = camp / "vllm-sweep" / "invocations.json"
+    invocations.write_text(json.dumps([i for i in json.loads(invocations.read_text()) if i["end"] < cut]))
+    sweep = json.loads((camp / "steps.json").read_text())["sweep"]
+    (camp / "steps.json").write_text(json.dumps(
+        {"sweep": {"runs": [r for r in sweep["runs"] if r["end"] < cut], "done": False}}))
+    shutil.rmtree(camp / "picks", ignore_errors=True)
+    for later in [*camp.glob("fidelity-*.json"), *(camp / "logs").glob("*.log")]:
+        if later.name not in ("sweep.log", "campaign.log"):
+            later.unlink()
+    return camp
+
+
 def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
     checkout.mkdir()
@@ -34,7 +57,9 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
         (checkout / name).symlink_to(REPO / name)
     carried = checkout / ".gpu-state"
     carried.mkdir()
-    shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
+    before = _stopped_sweep(tmp_path / "before")
+    with tarfile.open(carried / "campaign.tar.gz", "w:gz") as tar:
+        tar.add(before, arcname="campaign")
     (carried / "h200-vllm-grid-prior.json").write_text("{}")
     install_stand_in(state / "cache")
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
@@ -47,9 +72,6 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
            "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site),
            "FAKE_REFUSE": json.dumps({"max_num_seqs": 7})}   # no config refused
 
-    with tarfile.open(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz") as tar:
-        tar.extractall(tmp_path / "before", filter="data")
-    before = tmp_path / "before" / "campaign"
     stays = json.loads((before / "vllm-sweep" / "invocations.json").read_text())
     measured = len(list((before / "vllm-sweep" / "out").glob("*/*/summary.json")))
     assert 0 < measured < 16
