@@ -86,6 +86,7 @@ def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
     from tuner.record import schema
     from tuner.record.transfer import import_study
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)   # the import's storage is a scratch copy
     record = json.loads((campaign / "steps.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
