@@ -7,12 +7,14 @@ Then, per workload, pairs of runs A = tuner.bench (what `tune bench` runs), B = 
 from the same install the server runs from, with the same dataset, seed, request rate and
 concurrency, in the order A B, B A, A B, ... so slow drift of the machine does not favour one
 client. Workloads: random-128-32 and sharegpt (--prompts prompts, --seed), and "space": the space's
-own workload (its dataset, prompts, rate and seed). Prints each metric's B/A ratio per pair and the
+own workload (its dataset, prompts, rate and seed; --request-rate paces it instead, so that TTFT
+is mostly one prefill rather than a wait in the queue a burst builds). Prints each metric's B/A ratio per pair and the
 median and spread over pairs, and the targets (throughput within 1 %, mean TTFT and TPOT within
 3 %); writes benchmarks/data/fidelity-<date>.json (or --out).
 
     .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
     python3 -m benchmarks.fidelity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200
+    python3 -m benchmarks.fidelity --space h200-vllm --workloads space --request-rate 16 --pairs 3 --out F
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ METRICS = ("total_token_throughput", "output_throughput", "request_throughput", 
            "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "duration")
 
 
-def workloads(prompts: int, seed: int, space: Space) -> dict[str, dict]:
-    """Each workload as both clients spell it, with its prompts and seed."""
+def workloads(prompts: int, seed: int, space: Space, rate: float | None = None) -> dict[str, dict]:
+    """Each workload as both clients spell it, with its prompts and seed; ``rate`` replaces the
+    space workload's request rate."""
     sharegpt = SAMPLES_DIR / "sharegpt_small.json"
     wl = space.workload
+    rate = wl.request_rate if rate is None else rate
     own = [expand(wl.dataset_path)] if wl.dataset_path else []
     random = ({"random_input_len": wl.random_input_len, "random_output_len": wl.random_output_len}
               if wl.dataset == "random" else {})
@@ -57,9 +61,9 @@ def workloads(prompts: int, seed: int, space: Space) -> dict[str, dict]:
                      "vllm": ["--dataset-name", "sharegpt", "--dataset-path", str(sharegpt)],
                      "prompts": prompts, "seed": seed},
         "space": {"ours": dict(dataset_name=wl.dataset, dataset_path=own[0] if own else None,
-                               request_rate=wl.request_rate, **random),
+                               request_rate=rate, **random),
                   "vllm": ["--dataset-name", wl.dataset, *(["--dataset-path", *own] if own else []),
-                           "--request-rate", str(wl.request_rate),
+                           "--request-rate", str(rate),
                            *(a for k, v in random.items() for a in (f"--{k.replace('_', '-')}", str(v)))],
                   "prompts": wl.num_prompts, "seed": wl.seed},
     }
@@ -99,6 +103,8 @@ def main() -> None:
     ap.add_argument("--space", default="cpu-smoke", help="the server: this space's vllm engine at its defaults")
     ap.add_argument("--workloads", default="random-128-32,sharegpt",
                     help="comma-separated: random-128-32, sharegpt, space (the space's own workload)")
+    ap.add_argument("--request-rate", type=float, default=None,
+                    help="requests/s for the space workload (default: the space's own)")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
@@ -110,6 +116,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None,
                     help="result file (default: benchmarks/data/fidelity-<date>.json)")
     args = ap.parse_args()
+    if args.request_rate is not None and not args.request_rate > 0:
+        ap.error(f"--request-rate must be > 0 requests/s, got {args.request_rate}")
     # SIGTERM unwinds like Ctrl-C, so the server started below is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -127,7 +135,7 @@ def main() -> None:
     plan = build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
     tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
     client = vllm_client(plan)
-    chosen = workloads(args.prompts, args.seed, space)
+    chosen = workloads(args.prompts, args.seed, space, args.request_rate)
     unknown = set(args.workloads.split(",")) - set(chosen)
     if unknown:
         sys.exit(f"unknown workloads {sorted(unknown)}; choose from {', '.join(chosen)}")
@@ -182,6 +190,7 @@ def main() -> None:
            "space": space.name, "targets": targets,
            "server_core": args.server_core, "client_core": args.client_core,
            "pairs": args.pairs, "prompts": args.prompts, "seed": args.seed,
+           "request_rate": args.request_rate,
            "server": plan.command_line(), "summary": summary, "runs": results}
     out = args.out or REPO_ROOT / "benchmarks" / "data" / f"fidelity-{datetime.now():%Y%m%d}.json"
     out.write_text(json.dumps(doc, indent=2))

@@ -16,7 +16,11 @@ a failed one runs again next time, and the steps that need it wait):
 - ``noprior-25`` ... ``noprior-50-confirm``: the same without the prior (study h2h-noprior);
 - ``judge``: the independent judge (benchmarks/gpu_judge.py);
 - ``sglang-grid``: `tune start --space h200-sglang-grid`: the 8 points of a small SGLang grid and its
-  defaults, measured by tune's own trial runner for the replay (needs SGLang's kit staged as well).
+  defaults, measured by tune's own trial runner for the replay (needs SGLang's kit staged as well);
+- ``fidelity-paced``: the fidelity step again with the space's workload paced at 16 requests/s (about
+  half the defaults' capacity) and 3 pairs: at rate inf one client's mean TTFT moves 7-9 % between
+  runs (the wait in the burst's queue), more than the 3 % the comparison is to resolve. Last, so it
+  never delays the head-to-head.
 
 Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
 wall-clocks are sums of those, without the gaps between stays.
@@ -39,6 +43,7 @@ from pathlib import Path
 
 SPACE = "h200-vllm-grid"
 SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
+PACED_RATE = 16                    # requests/s: the h200-vllm defaults serve about 37 at rate inf
 GRID_LAUNCHES = 16
 BUDGETS = (25, 50)
 VARIANTS = ("prior", "noprior")
@@ -58,7 +63,7 @@ def steps() -> list[str]:
     for variant in VARIANTS:
         for budget in BUDGETS:
             out += [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
-    return out + ["judge", "sglang-grid"]
+    return out + ["judge", "sglang-grid", "fidelity-paced"]
 
 
 class Campaign:
@@ -94,6 +99,10 @@ class Campaign:
         if step == "fidelity":
             return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
                      "space", "--pairs", "2", "--out", str(self.state / "fidelity-h200.json")]]
+        if step == "fidelity-paced":
+            return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
+                     "space", "--request-rate", str(PACED_RATE), "--pairs", "3",
+                     "--out", str(self.state / "fidelity-h200-paced.json")]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
         if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how

@@ -38,9 +38,12 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
     assert c.commands("prior-50")[0][-2:] == ["resume", "h2h-prior"]   # the stored budget
     assert c.commands("sglang-grid")[0][3:] == ["start", "--space", "h200-sglang-grid", "--study",
                                                 "h200-sglang-grid"]
-    assert gc.steps()[0] == "sweep" and gc.steps()[-2:] == ["judge", "sglang-grid"]
+    (paced,) = c.commands("fidelity-paced")
+    assert paced[paced.index("--request-rate") + 1] == "16" and paced[paced.index("--pairs") + 1] == "3"
+    assert gc.steps()[0] == "sweep" and gc.steps()[-3:] == ["judge", "sglang-grid", "fidelity-paced"]
     assert gc.needs("prior-25") == [] and gc.needs("prior-25-confirm") == ["prior-25"]
     assert gc.needs("noprior-50") == ["noprior-25-confirm"] and gc.needs("fidelity") == []
+    assert gc.needs("fidelity-paced") == []
     assert set(gc.needs("judge")) == {"sweep", "prior-25-confirm", "prior-50-confirm",
                                       "noprior-25-confirm", "noprior-50-confirm"}
 

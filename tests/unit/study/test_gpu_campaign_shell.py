@@ -92,7 +92,7 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     invocations = json.loads((tmp_path / "back" / "campaign" / "vllm-sweep" / "invocations.json").read_text())
     assert invocations[:-1] == stays and invocations[-1]["resume"] and invocations[-1]["exit_code"] == 0
     # No GPU here: the tune steps fail at tune's own preflight, each without stopping the queue.
-    for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid"):
+    for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid", "fidelity-paced"):
         assert record[step]["runs"] and not record[step]["done"], step
     assert "prior-25-confirm" not in record and "judge" not in record
     log = (tmp_path / "back" / "campaign" / "logs" / "prior-25.log").read_text()
