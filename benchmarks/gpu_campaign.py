@@ -13,7 +13,7 @@ a failed one runs again next time, and the steps that need it wait):
   --top-k 1 --repeats 1` and the pick saved; ``prior-50``: `tune resume -n` 4 launches more, to 50 %;
   ``prior-50-confirm``. The 50 % study is the 25 % one continued, so its wall-clock includes the
   first confirm: a cost counted against tune, and half the GPU time of two separate studies;
-- ``noprior-25`` ... ``noprior-50-confirm``: the same without the prior (study h2h-noprior);
+- ``noprior-25`` ... ``noprior-50-confirm``: the same with `tune start --no-prior` (study h2h-noprior);
 - ``judge``: the independent judge (benchmarks/gpu_judge.py);
 - ``sglang-grid``: `tune start --space h200-sglang-grid`: the 8 points of a small SGLang grid and its
   defaults, measured by tune's own trial runner for the replay (needs SGLang's kit staged as well);
@@ -118,7 +118,9 @@ class Campaign:
         if confirm:
             return [[*TUNE, "confirm", name, "--top-k", "1", "--repeats", "1"], pick]
         if int(budget) == BUDGETS[0]:
-            prior = ["--prior-file", str(self.prior_file)] if variant == "prior" and self.prior_file else []
+            # noprior leaves the space's prior: out, whatever the host has installed
+            prior = (["--no-prior"] if variant == "noprior" else
+                     ["--prior-file", str(self.prior_file)] if self.prior_file else [])
             return [[*TUNE, "start", "--space", SPACE, "--study", name, "-n", str(launches(BUDGETS[0])),
                      *prior]]
         more = launches(int(budget)) - launches(BUDGETS[0])   # the confirm's launches come on top

@@ -174,6 +174,8 @@ def start(
     prior_file: Optional[Path] = typer.Option(None, "--prior-file", help="The space's model predictions, saved "
                                               "where the model is installed (`tune plan --save-prior FILE`): "
                                               "used instead of asking the model here."),
+    no_prior: bool = typer.Option(False, "--no-prior", help="Leave the space's prior: out (no model "
+                                  "predictions, no model pick): a control for a study with it."),
 ) -> None:
     """Start a new study on SPACE and run it."""
     sp = overridden(load_space(space), engine_image, engine_command)
@@ -181,7 +183,8 @@ def start(
     name = study or _resolve_study_name(sp.name, storage)
     url = _url(storage, name)
     handle = study_mod.create(sp, name, url, join=study is not None,
-                              warm_start=_warm_start_studies(warm_start), prior_file=prior_file)
+                              warm_start=_warm_start_studies(warm_start), prior_file=prior_file,
+                              use_prior=not no_prior)
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {url}", highlight=False)
     _run_with_progress(handle, n_trials, backend, address, max_concurrent)
     _print_best(handle)

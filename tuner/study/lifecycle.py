@@ -87,8 +87,12 @@ def _check_commands(space: Space) -> None:
 def create(space: Space, name: str, url: str, *, join: bool = False,
            linked_from: str | None = None,
            warm_start: Sequence[tuple[str, optuna.Study]] = (), warm_top_k: int = 3,
-           prior_file: Path | None = None) -> StudyHandle:
+           prior_file: Path | None = None, use_prior: bool = True) -> StudyHandle:
     """A new study, or with ``join`` the same-space study other workers already run.
+
+    ``use_prior=False`` leaves the space's ``prior:`` out, stored space included, so the study is
+    the control of a comparison with the prior whatever the host has installed, and a worker that
+    joins it must leave it out too.
 
     Creation is atomic in the database, so when several workers start at once exactly one creates
     the study and enqueues the baselines; the others join it. Prior knowledge (the space's
@@ -96,6 +100,10 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
     estimator or source study fails without leaving a half-made study.
     """
     _check_commands(space)
+    if not use_prior:
+        if prior_file is not None:
+            raise InputError("--no-prior and --prior-file contradict each other: give one of them")
+        space = space.model_copy(update={"prior": None})
     if name in study_names(url):
         if not join:
             raise InputError(f"study {name!r} already exists in {url}; continue it with "

@@ -28,7 +28,8 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
     (start,) = c.commands("prior-25")
     assert start[3:] == ["start", "--space", "h200-vllm-grid", "--study", "h2h-prior", "-n", "4",
                          "--prior-file", str(tmp_path / "prior.json")]
-    assert "--prior-file" not in c.commands("noprior-25")[0]
+    (control,) = c.commands("noprior-25")
+    assert "--prior-file" not in control and control[-1] == "--no-prior"
     confirm, pick = c.commands("noprior-25-confirm")
     assert confirm[-6:] == ["confirm", "h2h-noprior", "--top-k", "1", "--repeats", "1"]
     assert pick[pick.index("--out") + 1].endswith("picks/noprior-25.json")

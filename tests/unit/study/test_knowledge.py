@@ -52,6 +52,25 @@ def test_a_prior_queues_the_model_pick_and_diverse_seeds(studies):
     assert isinstance(load("prior", default_url("prior")).study.sampler, PriorSampler)
 
 
+def test_no_prior_leaves_the_spaces_prior_out_of_the_study(studies):
+    """`tune start --no-prior`: the control of a head-to-head, with no predictions whatever the
+    host has installed (the H200's has no model package, a CPU host may)."""
+    from pathlib import Path
+
+    from tuner.errors import InputError
+    from tuner.record.storage import study_names
+    space = _a100_space(prior={"gpu": "a100-sxm-80gb", "candidates": 30, "seeds": 3})
+    handle = create(space, "control", default_url("control"), use_prior=False)
+    assert schema.PRIOR not in handle.study.user_attrs
+    assert handle.study.user_attrs[schema.SPACE]["prior"] is None
+    waiting = handle.study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs[schema.ARM] for t in waiting] == ["vllm-defaults", "trtllm-study-choice"]
+    assert not isinstance(load("control", default_url("control")).study.sampler, PriorSampler)
+    with pytest.raises(InputError, match="--no-prior and --prior-file contradict each other"):
+        create(space, "both", default_url("both"), use_prior=False, prior_file=Path("prior.json"))
+    assert "both" not in study_names(default_url("both"))
+
+
 def test_an_unknown_estimator_fails_before_the_study_exists(studies):
     from tuner.errors import InputError
     from tuner.record.storage import study_names
