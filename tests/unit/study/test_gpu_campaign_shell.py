@@ -97,3 +97,52 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     assert "prior-25-confirm" not in record and "judge" not in record
     log = (tmp_path / "back" / "campaign" / "logs" / "prior-25.log").read_text()
     assert "--prior-file" in log and str(state / "campaign" / "h200-vllm-grid-prior.json") in log
+
+
+def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_stopped(tmp_path):
+    """What the next stay carries, as committed: the campaign state (the sweep done, tune's first
+    variant done, its 50 % step stopped in its first launch) and `tune export` of its study. Start
+    imports the study and runs no step that is done; the stopped step runs again in its resumed
+    form, and finish exports the study back. No GPU here, so the tune steps fail (the study was
+    measured on the H200, and `tune resume` refuses other hardware) without stopping the queue."""
+    checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
+    checkout.mkdir()
+    for name in ("benchmarks", "tuner", "search_spaces", "engines"):
+        (checkout / name).symlink_to(REPO / name)
+    carried = checkout / ".gpu-state"
+    carried.mkdir()
+    shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
+    shutil.copy(REPO / "benchmarks" / "data" / "h200-h2h" / "h2h-prior.tar.gz", carried / "h2h-prior.tar.gz")
+    install_stand_in(state / "cache")                       # the kit a stay installs
+    bin_dir, site = tmp_path / "bin", tmp_path / "site"
+    bin_dir.mkdir()
+    site.mkdir()
+    (site / ".done").touch()
+    (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    (bin_dir / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
+           "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site)}
+    with tarfile.open(carried / "campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "before", filter="data")
+    before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
+    assert before["prior-25-confirm"]["done"] and not before["prior-50"]["done"]
+
+    started = _phase(checkout, env, "start")
+    assert "restored the campaign" in started and "imported" in started.lower()
+    assert (state / "studies" / "h2h-prior.db").exists()
+    polled = _phase(checkout, env, "poll", "120")
+    assert "the campaign has exited" in polled
+    _phase(checkout, env, "finish")
+
+    with tarfile.open(out / "campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    camp = tmp_path / "back" / "campaign"
+    record = json.loads((camp / "steps.json").read_text())
+    for step in ("sweep", "fidelity", "prior-25", "prior-25-confirm"):
+        assert record[step] == before[step], step                  # done: not run again
+    assert len(record["prior-50"]["runs"]) == 2 and not record["prior-50"]["done"]
+    assert record["prior-50"]["runs"][-1]["commands"][0][-2:] == ["resume", "h2h-prior"]
+    assert "other hardware" in (camp / "logs" / "prior-50.log").read_text()
+    assert record["noprior-25"]["runs"][0]["commands"][0][-1] == "--no-prior"
+    assert "prior-50-confirm" not in record and "judge" not in record
+    assert (out / "h2h-prior.tar.gz").exists()                      # exported for the stay after
