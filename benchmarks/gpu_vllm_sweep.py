@@ -374,16 +374,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     state: Path = args.state
     if args.cmd == "plan":
+        from tuner.errors import InputError
+
         state.mkdir(parents=True, exist_ok=True)
         old = read_json(state / "plan.json", None)
-        if old is not None:  # a later stay: this machine's paths, the same grid as before
-            axes = [f"{k}={','.join(map(str, v))}" for k, v in old["axes"].items()]
-            plan = make_plan(old["space"], axes, num_runs=old["num_runs"], port=old["port"])
-            if plan["configs"] != old["configs"]:
-                raise SystemExit(f"{state}/plan.json holds another grid than the space gives now")
-            plan["planned"] = old["planned"]
-        else:
-            plan = make_plan(args.space, args.axes, num_runs=args.num_runs, port=args.port)
+        try:
+            if old is not None:  # a later stay: this machine's paths, the same grid as before
+                axes = [f"{k}={','.join(map(str, v))}" for k, v in old["axes"].items()]
+                plan = make_plan(old["space"], axes, num_runs=old["num_runs"], port=old["port"])
+                if plan["configs"] != old["configs"]:
+                    raise SystemExit(f"{state}/plan.json holds another grid than the space gives now")
+                plan["planned"] = old["planned"]
+            else:
+                plan = make_plan(args.space, args.axes, num_runs=args.num_runs, port=args.port)
+        except InputError as e:   # e.g. the engine's kit not installed where the space says
+            ap.error(str(e))
         (state / "plan.json").write_text(json.dumps(plan, indent=1))
         print(f"{len(plan['configs'])} configs x {plan['num_runs']} runs; serve: {shlex.join(plan['serve_cmd'])}")
         return 0

@@ -113,6 +113,18 @@ def test_the_plan_is_tunes_launch(state):
         "b_c": False, "d_e": "fp8", "f": True}
 
 
+def test_a_later_stay_without_the_kit_installed_is_told_so_with_exit_2(state, tmp_path, monkeypatch, capsys):
+    """`plan` on a later stay remakes the plan with this machine's paths; a machine where the kit
+    was not installed gets the install command, not a traceback."""
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "empty"))
+    before = (state / "plan.json").read_text()
+    with pytest.raises(SystemExit) as stop:
+        gs.main(["plan", "--state", str(state)])
+    assert stop.value.code == 2
+    assert "does not exist: install the engine's kit there" in capsys.readouterr().err
+    assert (state / "plan.json").read_text() == before
+
+
 def test_a_refused_config_is_dropped_a_stop_keeps_what_ran_and_the_grid_replays(state):
     plan = json.loads((state / "plan.json").read_text())
     first = _runner(state, FAKE_REFUSE=json.dumps(REFUSED), FAKE_HANG_AFTER_RUNS="3")
