@@ -50,17 +50,16 @@ def _stopped_sweep(folder):
     return camp
 
 
-def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
+def _host(tmp_path):
+    """A checkout of this repository as a device call gets it, an empty .gpu-state for the call to
+    carry, the kit installed (the sweep's stand-in) and the environment gpu_campaign.sh reads:
+    (checkout, .gpu-state, the state folder, $OUT, env)."""
     checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
     checkout.mkdir()
     for name in ("benchmarks", "tuner", "search_spaces", "engines"):
         (checkout / name).symlink_to(REPO / name)
     carried = checkout / ".gpu-state"
     carried.mkdir()
-    before = _stopped_sweep(tmp_path / "before")
-    with tarfile.open(carried / "campaign.tar.gz", "w:gz") as tar:
-        tar.add(before, arcname="campaign")
-    (carried / "h200-vllm-grid-prior.json").write_text("{}")
     install_stand_in(state / "cache")
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
     bin_dir.mkdir()
@@ -69,8 +68,17 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     (bin_dir / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
-           "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site),
-           "FAKE_REFUSE": json.dumps({"max_num_seqs": 7})}   # no config refused
+           "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site)}
+    return checkout, carried, state, out, env
+
+
+def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
+    checkout, carried, state, out, env = _host(tmp_path)
+    env["FAKE_REFUSE"] = json.dumps({"max_num_seqs": 7})    # no config refused
+    before = _stopped_sweep(tmp_path / "before")
+    with tarfile.open(carried / "campaign.tar.gz", "w:gz") as tar:
+        tar.add(before, arcname="campaign")
+    (carried / "h200-vllm-grid-prior.json").write_text("{}")
 
     stays = json.loads((before / "vllm-sweep" / "invocations.json").read_text())
     measured = len(list((before / "vllm-sweep" / "out").glob("*/*/summary.json")))
@@ -105,23 +113,9 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
     imports the study and runs no step that is done; the stopped step runs again in its resumed
     form, and finish exports the study back. No GPU here, so the tune steps fail (the study was
     measured on the H200, and `tune resume` refuses other hardware) without stopping the queue."""
-    checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
-    checkout.mkdir()
-    for name in ("benchmarks", "tuner", "search_spaces", "engines"):
-        (checkout / name).symlink_to(REPO / name)
-    carried = checkout / ".gpu-state"
-    carried.mkdir()
+    checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
     shutil.copy(REPO / "benchmarks" / "data" / "h200-h2h" / "h2h-prior.tar.gz", carried / "h2h-prior.tar.gz")
-    install_stand_in(state / "cache")                       # the kit a stay installs
-    bin_dir, site = tmp_path / "bin", tmp_path / "site"
-    bin_dir.mkdir()
-    site.mkdir()
-    (site / ".done").touch()
-    (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
-    (bin_dir / "python3").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
-           "GPU_STATE": str(state), "GPU_KITS": str(tmp_path / "kits"), "GPU_SITE": str(site)}
     with tarfile.open(carried / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
