@@ -8,9 +8,9 @@ from the same install the server runs from, with the same dataset, seed, request
 concurrency, in the order A B, B A, A B, ... so slow drift of the machine does not favour one
 client. Workloads: random-128-32 and sharegpt (--prompts prompts, --seed), and "space": the space's
 own workload (its dataset, prompts, rate and seed; --request-rate paces it instead, so that TTFT
-is mostly one prefill rather than a wait in the queue a burst builds). Prints each metric's B/A ratio per pair and the
-median and spread over pairs, and the targets (throughput within 1 %, mean TTFT and TPOT within
-3 %); writes benchmarks/data/fidelity-<date>.json (or --out).
+is mostly one prefill rather than a wait in the queue a burst builds). Prints each metric's B/A
+ratio per pair and the median and spread over pairs, and the targets (throughput within 1 %, mean
+TTFT and TPOT within 3 %); writes benchmarks/data/fidelity-<date>.json (or --out).
 
     .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
     python3 -m benchmarks.fidelity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200

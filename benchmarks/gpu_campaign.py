@@ -44,6 +44,10 @@ from pathlib import Path
 SPACE = "h200-vllm-grid"
 SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
 PACED_RATE = 16                    # requests/s: the h200-vllm defaults serve about 37 at rate inf
+# the two fidelity steps: benchmarks/fidelity.py's flags, and the result file in the state
+FIDELITY = {"fidelity": (["--pairs", "2"], "fidelity-h200.json"),
+            "fidelity-paced": (["--request-rate", str(PACED_RATE), "--pairs", "3"],
+                               "fidelity-h200-paced.json")}
 GRID_LAUNCHES = 16
 BUDGETS = (25, 50)
 VARIANTS = ("prior", "noprior")
@@ -96,13 +100,10 @@ class Campaign:
         """What the step runs now: its first run's commands, or those that resume it."""
         if step == "sweep":
             return [[sys.executable, "-m", "benchmarks.gpu_vllm_sweep", "run", "--state", str(self.sweep)]]
-        if step == "fidelity":
+        if step in FIDELITY:
+            flags, out = FIDELITY[step]
             return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
-                     "space", "--pairs", "2", "--out", str(self.state / "fidelity-h200.json")]]
-        if step == "fidelity-paced":
-            return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
-                     "space", "--request-rate", str(PACED_RATE), "--pairs", "3",
-                     "--out", str(self.state / "fidelity-h200-paced.json")]]
+                     "space", *flags, "--out", str(self.state / out)]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
         if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how
