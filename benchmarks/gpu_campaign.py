@@ -28,16 +28,19 @@ wall-clocks are sums of those, without the gaps between stays.
     python3 -m benchmarks.gpu_campaign run --state S [--prior-file P] [--only STEP ...]
     python3 -m benchmarks.gpu_campaign status --state S
     python3 -m benchmarks.gpu_campaign pick --study NAME --out FILE     (tune's recommendation)
+    python3 -m benchmarks.gpu_campaign snapshot --state S --out FILE    (the state as a tarball)
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -230,6 +233,28 @@ def status(campaign: Campaign) -> str:
     return "\n".join(rows)
 
 
+def snapshot(campaign: Campaign, out: Path) -> Path:
+    """The state as `finish` returns it, taken while the queue runs: each poll of a stay returns
+    one, so a stay cut before its `finish` (the session's turn ended, the machine went back) loses
+    only the minutes since its last poll. A run still open ends at the snapshot, so its
+    wall-clock counts what the snapshot keeps; the next stay runs that step again, resumed."""
+    record, now = campaign.record, time.time()
+    for entry in record.values():
+        for run in entry["runs"]:
+            if run["end"] is None:
+                run.update(end=now, snapshot=True)
+    partial = out.with_name(out.name + ".partial")
+    data = json.dumps(record, indent=1).encode()
+    info = tarfile.TarInfo("campaign/steps.json")
+    info.size, info.mtime = len(data), int(now)
+    with tarfile.open(partial, "w:gz") as tar:
+        tar.add(campaign.state, arcname="campaign",
+                filter=lambda member: None if member.name == info.name else member)
+        tar.addfile(info, io.BytesIO(data))
+    partial.replace(out)
+    return out
+
+
 def pick(study: str, out: Path) -> dict:
     """`tune best`'s answer as data: the arm, the config's params, its median, n, and the study's
     launches so far."""
@@ -259,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pick")
     p.add_argument("--study", required=True)
     p.add_argument("--out", type=Path, required=True)
+    n = sub.add_parser("snapshot")
+    n.add_argument("--state", type=Path, required=True)
+    n.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "pick":
         print(json.dumps(pick(args.study, args.out)))
@@ -266,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     campaign = Campaign(args.state, getattr(args, "prior_file", None))
     if args.cmd == "status":
         print(status(campaign))
+        return 0
+    if args.cmd == "snapshot":
+        print(f"snapshot: {snapshot(campaign, args.out)}")
         return 0
     return run(campaign, args.only)
 

@@ -20,7 +20,8 @@
 #        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz)
 #        # installs, restores the state (tune import for the studies), runs the queue in the background
 #        # (.gpu-state too large for one call with the tree: carry some of it with a `stage` call)
-#   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress
+#   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress,
+#        # and return the state so far in $OUT as finish does (copy it here after every poll)
 #   bash benchmarks/gpu_campaign.sh finish   # stop the queue (SIGTERM), the state into $OUT:
 #        # campaign.tar.gz and tune export of each study
 # Back here: copy $OUT's files into .gpu-state for the next stay; read them with
@@ -31,6 +32,16 @@ source benchmarks/gpu_host.sh
 CAMP="$STATE/campaign"
 STUDIES=(h2h-prior h2h-noprior h200-sglang-grid)
 alive() { pid=$(cat "$STATE/campaign.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
+# The state into $OUT: the campaign folder and `tune export` of each study. Poll saves it too, while
+# the queue runs (a snapshot: gpu_campaign.py says what it keeps), so a stay cut before its finish
+# still returns what its last poll saw.
+save_state() {
+  cp "$STATE/campaign.log" "$CAMP/logs/" 2>/dev/null
+  python3 -m benchmarks.gpu_campaign snapshot --state "$CAMP" --out "$OUT/campaign.tar.gz"
+  for study in "${STUDIES[@]}"; do
+    [ -f "$TUNER_STUDIES_DIR/$study.db" ] && "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz"
+  done
+}
 # The checkout is replaced by every call, so what a call carried in .gpu-state is kept outside it;
 # any call of the stay may carry a part of it.
 CARRIED="$STATE/carried"
@@ -74,6 +85,7 @@ poll)
   step=$(grep -o "step [a-z0-9-]*" "$STATE/campaign.log" | tail -n 1 | cut -d' ' -f2)
   [ -n "$step" ] && tail -n 6 "$CAMP/logs/$step.log"
   gpu_mem
+  save_state
   ;;
 finish)
   if alive; then
@@ -82,11 +94,7 @@ finish)
     stamp "campaign stopped"
   fi
   python3 -m benchmarks.gpu_campaign status --state "$CAMP"
-  cp "$STATE/campaign.log" "$CAMP/logs/" 2>/dev/null
-  tar -czf "$OUT/campaign.tar.gz" -C "$STATE" campaign
-  for study in "${STUDIES[@]}"; do
-    [ -f "$TUNER_STUDIES_DIR/$study.db" ] && "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz"
-  done
+  save_state
   # The compile caches stay behind: 448 MiB after the second stay's FP8 launches (34 MiB after the
   # first stay's BF16 ones), more than the calls of a stay can carry; each stay starts cold.
   ls -la "$OUT"

@@ -401,7 +401,9 @@ def import_cmd(
     """Import an exported study; continue it with `tune resume`."""
     from tuner.record.transfer import import_study
     target, url = import_study(file, lambda n: _url(storage, n), name=name)
-    console.print(f"imported study [bold]{target}[/] into {url}; continue with: tune resume {target}",
+    retry = schema.awaiting_retry(study_mod.load(target, url).study.get_trials(deepcopy=False))
+    again = f" ({len(retry)} interrupted or failed trials run again)" if retry else ""
+    console.print(f"imported study [bold]{target}[/] into {url}; continue with: tune resume {target}{again}",
                   highlight=False)
 
 

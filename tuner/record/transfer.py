@@ -56,7 +56,9 @@ def export_study(name: str, url: str, out: Path) -> Path:
 def import_study(archive: Path, url_for: callable, *, name: str | None = None) -> tuple[str, str]:
     """Import into the storage ``url_for(study_name)``; returns (study name, storage URL).
 
-    Refuses to overwrite an existing study of the same name.
+    Refuses to overwrite an existing study of the same name. A trial that was RUNNING when the
+    study was exported (a snapshot of a live study) can never finish here, since its worker writes
+    to the other storage: it arrives as an interrupted FAIL, which `tune resume` re-queues.
     """
     archive = check_readable(archive.expanduser(), "export archive")
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,9 +70,17 @@ def import_study(archive: Path, url_for: callable, *, name: str | None = None) -
             raise InputError(f"study {target!r} already exists in {url}; import with --name NEW")
         optuna.copy_study(from_study_name=source, from_storage=_source_url(tmp_path),
                           to_storage=open_storage(url, create=True), to_study_name=target)
+        _interrupt_running(optuna.load_study(study_name=target, storage=open_storage(url)))
         if (tmp_path / "files").exists():
             shutil.copytree(tmp_path / "files", data_dir(url, target), dirs_exist_ok=True)
     return target, url
+
+
+def _interrupt_running(study: optuna.Study) -> None:
+    storage = study._storage
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_user_attr(t._trial_id, schema.INTERRUPTED, True)
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
 
 
 def _source_url(root: Path) -> str:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from tuner import study as study_mod
 from tuner.cli.app import app
 from tuner.errors import InputError
+from tuner.record import schema
 from tuner.record.storage import artifact_store, default_url, open_storage
 from tuner.space import load_space
 from tuner.study.lifecycle import fingerprint
@@ -66,6 +67,25 @@ def test_export_import_keeps_trials_attrs_and_artifacts(handle, tmp_path, monkey
         assert f.read() == b"INFO started\n"
     again = runner.invoke(app, ["import", str(archive)])
     assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_a_live_study_exported_resumes_its_running_trial_elsewhere(handle, tmp_path, monkeypatch):
+    """A snapshot taken while a trial runs (what the GPU campaign's poll keeps): on the importing
+    side that trial can never finish, so it arrives interrupted and `tune resume` re-queues it."""
+    dist = {"max_num_seqs": optuna.distributions.IntDistribution(2, 128, log=True)}
+    running = handle.study.ask(dist)
+    archive = tmp_path / "live.tar.gz"
+    assert runner.invoke(app, ["export", "moved", str(archive)]).exit_code == 0
+    monkeypatch.setenv("TUNER_STUDIES_DIR", str(tmp_path / "elsewhere"))
+    r = runner.invoke(app, ["import", str(archive)])
+    assert r.exit_code == 0, r.output
+    assert "1 interrupted or failed trials run again" in " ".join(r.output.split())
+    imported = study_mod.load("moved", default_url("moved")).study
+    moved = imported.trials[running.number]
+    assert moved.state == optuna.trial.TrialState.FAIL and moved.user_attrs["interrupted"]
+    assert [t.number for t in schema.awaiting_retry(imported.trials)] == [running.number]
+    # the exporting side is untouched: its worker may still finish the trial
+    assert handle.study.trials[running.number].state == optuna.trial.TrialState.RUNNING
 
 
 def _tarball(path, members: dict[str, bytes]) -> bytes:

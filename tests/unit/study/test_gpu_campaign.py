@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 
 import pytest
@@ -64,7 +65,7 @@ sys.exit(gc.main())
 """
 
 
-def test_a_stop_leaves_the_running_step_to_the_next_stay(tmp_path):
+def test_a_stop_or_a_snapshot_leaves_the_running_step_to_the_next_stay(tmp_path):
     state, flag = tmp_path / "state", tmp_path / "fidelity-running"
     argv = [sys.executable, "-c", QUEUE, str(flag), "run", "--state", str(state)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -73,6 +74,16 @@ def test_a_stop_leaves_the_running_step_to_the_next_stay(tmp_path):
     while not flag.exists():
         assert time.time() < deadline and first.poll() is None, first.stdout.read()
         time.sleep(0.05)
+    # A poll's snapshot of the running queue: the open run ends at the snapshot there, not here.
+    assert gc.main(["snapshot", "--state", str(state), "--out", str(tmp_path / "snap.tar.gz")]) == 0
+    with tarfile.open(tmp_path / "snap.tar.gz") as tar:
+        tar.extractall(tmp_path / "snap", filter="data")
+        assert tar.getnames().count("campaign/steps.json") == 1
+    kept = json.loads((tmp_path / "snap" / "campaign" / "steps.json").read_text())
+    assert kept["sweep"]["done"] and not kept["fidelity"]["done"]
+    assert kept["fidelity"]["runs"][0]["snapshot"] and kept["fidelity"]["runs"][0]["end"]
+    assert json.loads((state / "steps.json").read_text())["fidelity"]["runs"][0]["end"] is None
+    assert gc.Campaign(tmp_path / "snap" / "campaign").started("fidelity")   # the next stay resumes it
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=30) == 143, first.stdout.read()
     record = json.loads((state / "steps.json").read_text())

@@ -126,6 +126,7 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
     assert (state / "studies" / "h2h-prior.db").exists()
     polled = _phase(checkout, env, "poll", "120")
     assert "the campaign has exited" in polled
+    assert (out / "campaign.tar.gz").exists() and (out / "h2h-prior.tar.gz").exists()   # what a cut stay keeps
     _phase(checkout, env, "finish")
 
     with tarfile.open(out / "campaign.tar.gz") as tar:
