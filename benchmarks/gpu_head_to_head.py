@@ -211,7 +211,10 @@ def plot(data: dict, png: Path) -> None:
             continue
         xs = [p[0] / 60 for p in run["timeline"]] + [run["wall_s"] / 60]
         ys = [p[1] for p in run["timeline"]] + [run["timeline"][-1][1]]
-        ax.step(xs, ys, where="post", color=f"C{i}", label=run["tool"])
+        # A 50 % run continues its 25 % one along the same path: the shorter drawn on top, and a
+        # dot where each run ends, so both show.
+        ax.step(xs, ys, where="post", color=f"C{i}", label=run["tool"], zorder=3 - run["wall_s"] / 1e5)
+        ax.plot(xs[-1], ys[-1], "o", color=f"C{i}", zorder=3)
     ax.set_xlabel("the tool's own wall-clock (min; gaps between stays left out)")
     ax.set_ylabel("total token throughput, best so far (tok/s)")
     ax.set_title("H200, Qwen3-14B shape, vLLM 0.25.1: best so far vs wall-clock")

@@ -108,36 +108,38 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 
 
 def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_stopped(tmp_path):
-    """What the next stay carries, as committed: the campaign state (the sweep done, tune's first
-    variant done, its 50 % step stopped in its first launch) and `tune export` of its study. Start
-    imports the study and runs no step that is done; the stopped step runs again in its resumed
-    form, and finish exports the study back. No GPU here, so the tune steps fail (the study was
-    measured on the H200, and `tune resume` refuses other hardware) without stopping the queue."""
+    """What the next stay carries, as committed: the campaign state (the sweep and tune with the
+    prior done, the control's 25 % step stopped in its fifth trial) and `tune export` of both
+    studies. Start imports them and runs no step that is done; the stopped step runs again in its
+    resumed form, and poll and finish export the studies back. No GPU here, so the tune steps fail
+    (the studies were measured on the H200, and `tune resume` refuses other hardware) without
+    stopping the queue."""
     checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
-    shutil.copy(REPO / "benchmarks" / "data" / "h200-h2h" / "h2h-prior.tar.gz", carried / "h2h-prior.tar.gz")
+    for study in ("h2h-prior", "h2h-noprior"):
+        shutil.copy(REPO / "benchmarks" / "data" / "h200-h2h" / f"{study}.tar.gz", carried / f"{study}.tar.gz")
     with tarfile.open(carried / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
-    assert before["prior-25-confirm"]["done"] and not before["prior-50"]["done"]
+    assert before["prior-50-confirm"]["done"] and not before["noprior-25"]["done"]
 
     started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "imported" in started.lower()
-    assert (state / "studies" / "h2h-prior.db").exists()
+    assert (state / "studies" / "h2h-prior.db").exists() and (state / "studies" / "h2h-noprior.db").exists()
     polled = _phase(checkout, env, "poll", "120")
     assert "the campaign has exited" in polled
-    assert (out / "campaign.tar.gz").exists() and (out / "h2h-prior.tar.gz").exists()   # what a cut stay keeps
+    assert (out / "campaign.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # what a cut stay keeps
     _phase(checkout, env, "finish")
 
     with tarfile.open(out / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "back", filter="data")
     camp = tmp_path / "back" / "campaign"
     record = json.loads((camp / "steps.json").read_text())
-    for step in ("sweep", "fidelity", "prior-25", "prior-25-confirm"):
+    for step in ("sweep", "fidelity", "prior-25", "prior-25-confirm", "prior-50", "prior-50-confirm"):
         assert record[step] == before[step], step                  # done: not run again
-    assert len(record["prior-50"]["runs"]) == 2 and not record["prior-50"]["done"]
-    assert record["prior-50"]["runs"][-1]["commands"][0][-2:] == ["resume", "h2h-prior"]
-    assert "other hardware" in (camp / "logs" / "prior-50.log").read_text()
+    assert len(record["noprior-25"]["runs"]) == 2 and not record["noprior-25"]["done"]
     assert record["noprior-25"]["runs"][0]["commands"][0][-1] == "--no-prior"
-    assert "prior-50-confirm" not in record and "judge" not in record
-    assert (out / "h2h-prior.tar.gz").exists()                      # exported for the stay after
+    assert record["noprior-25"]["runs"][-1]["commands"][0][-2:] == ["resume", "h2h-noprior"]
+    assert "other hardware" in (camp / "logs" / "noprior-25.log").read_text()
+    assert "noprior-25-confirm" not in record and "judge" not in record
+    assert (out / "h2h-prior.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # for the stay after
