@@ -10,9 +10,13 @@ defaults (no flags at all), launched interleaved (A B C ... A B C ...), ROUNDS t
   a pick that is a baseline (not a search trial or the model's pick) is the defaults arm;
 - the defaults: the plan's ``defaults_cmd`` (no knob flags, the model's own max_seq_len).
 
-Every launch is appended to STATE/judge.json as it ends, so a stopped judge resumes with the next
-launch of the same schedule. Its servers are stopped as tune stops an engine
-(tuner.runtime.procgroup.kill_group), so each launch finds the GPU's memory free.
+Every launch is appended to STATE/judge.json as it ends, with the machine it ran on (its boot id),
+so a stopped judge resumes with the next launch of the same schedule on the same machine. A stay
+on another machine (each stay gets a fresh one) starts the schedule over: interleaving cancels the
+drift of one machine, not the difference between two, so the launches of another machine are kept
+but judge nothing (benchmarks/gpu_head_to_head.py reads the machine with the most launches). Its
+servers are stopped as tune stops an engine (tuner.runtime.procgroup.kill_group), so each launch
+finds the GPU's memory free.
 
     python3 -m benchmarks.gpu_judge run --state S [--rounds 2]
     python3 -m benchmarks.gpu_judge arms --state S        (the arms it would launch, no launch)
@@ -79,6 +83,11 @@ def arms(state: Path) -> dict[str, dict | None]:
         if by_knobs[key] not in out.values():
             out[f"tune-{path.stem}"] = by_knobs[key]
     return out
+
+
+def machine() -> str:
+    """This boot of this machine: the host name is the same on every stay's fresh machine."""
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def schedule(labels: list[str], rounds: int) -> list[tuple[int, str]]:
@@ -152,15 +161,22 @@ def run(state: Path, rounds: int) -> int:
     path = state / "judge.json"
     doc = json.loads(path.read_text()) if path.exists() else {"arms": arms(state), "launches": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwinds launch(): server stopped
-    done = {(r["round"], r["arm"]) for r in doc["launches"]}
+    here = machine()
+    done = {(r["round"], r["arm"]) for r in doc["launches"] if r.get("machine") == here and "error" not in r}
+    if any(r.get("machine") != here for r in doc["launches"]):
+        print("the launches of another machine kept; the schedule starts over on this one", flush=True)
+    failed = 0
     for rnd, label in schedule(list(doc["arms"]), rounds):
         if (rnd, label) in done:
             continue
-        row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}")
-        doc["launches"].append({"round": rnd, **row})
+        row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}-{here[:8]}")
+        doc["launches"].append({"round": rnd, "machine": here, **row})
         path.write_text(json.dumps(doc, indent=1))
         print(f"{label} round {rnd}: {row.get('value', row.get('error'))}", flush=True)
-    return 0
+        failed += "error" in row
+    if failed:   # the step is not done: the next run launches them again (their logs: STATE/judge/)
+        print(f"{failed} launches failed", flush=True)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,8 +156,22 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     sweep, defaults = doc["launches"]
     assert sweep["argv"][-2:] == ["--max-num-seqs", "16"] and sweep["argv"][:-2] == plan["serve_cmd"]
     assert defaults["argv"] == plan["defaults_cmd"] and "--max-model-len" not in defaults["argv"]
+    assert {row["machine"] for row in doc["launches"]} == {gj.machine()}
     assert gj.run(state, rounds=1) == 0                                    # nothing left to launch
     assert len(json.loads((state / "judge.json").read_text())["launches"]) == 2
+    # the next stay's fresh machine: the interleaved schedule starts over there, the launches kept
+    monkeypatch.setattr(gj, "machine", lambda: "another-boot")
+    fails = {"defaults"}
+    monkeypatch.setattr(gj, "launch", lambda plan, label, config, work, tag: {
+        "arm": label, **({"error": "the server exited 1"} if label in fails else {"value": 1.0})})
+    assert gj.run(state, rounds=1) == 1                     # a failed launch: the step is not done
+    fails.clear()
+    assert gj.run(state, rounds=1) == 0                     # ... and only it is launched again
+    rows = json.loads((state / "judge.json").read_text())["launches"]
+    assert [(r["machine"], r["arm"], "error" in r) for r in rows[2:]] == [
+        ("another-boot", "sweep", False), ("another-boot", "defaults", True),
+        ("another-boot", "defaults", False)]
+    assert rows[:2] == doc["launches"]
 
 
 FAILING = """

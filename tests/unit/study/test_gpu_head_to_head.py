@@ -70,8 +70,9 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     sweep_pick = hh.sweep_side(campaign)["pick"]
     (campaign / "judge.json").write_text(json.dumps({
         "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
-        "launches": [{"round": r, "arm": a, "value": v} for r in range(3) for a, v in
-                     (("sweep", 7600.0 + r), ("defaults", 7500.0 + r), ("tune-prior-25", 9800.0 + 10 * r))]}))
+        "launches": [{"round": 0, "arm": "sweep", "value": 5000.0, "machine": "a", "ended": 2.0}] + [
+            {"round": r, "arm": a, "value": v, "machine": "b", "ended": 1.0} for r in range(3) for a, v in
+            (("sweep", 7600.0 + r), ("defaults", 7500.0 + r), ("tune-prior-25", 9800.0 + 10 * r))]}))
 
     data = hh.report(campaign, {"prior": archive})
     (tune,) = data["tune"]
@@ -85,5 +86,6 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     low, high = tune["ratio_ci95"]
     assert 9800 / 7602 <= low <= high <= 9820 / 7600 and tune["meets_quality"]
     assert data["judge"]["defaults"]["ratio_to_sweep"] == pytest.approx(7501 / 7601)
+    assert data["judge"]["sweep"]["other_machines"] == [5000.0]   # another stay's: not judged
     row = next(line for line in hh.table(data).splitlines() if "tune prior 25 %" in line)
     assert str(fp8["knobs"]) in row and "the defaults" not in row
