@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 
+from benchmarks import gpu_campaign as gc
 from tests.helpers import REPO
 from tests.unit.study.test_gpu_vllm_sweep import install_stand_in
 
@@ -108,12 +109,12 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 
 
 def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_stopped(tmp_path):
-    """What the next stay carries, as committed: the campaign state (the sweep and tune with the
-    prior done, the control's 25 % step stopped in its fifth trial) and `tune export` of both
-    studies. Start imports them and runs no step that is done; the stopped step runs again in its
-    resumed form, and poll and finish export the studies back. No GPU here, so the tune steps fail
-    (the studies were measured on the H200, and `tune resume` refuses other hardware) without
-    stopping the queue."""
+    """What the next stay carries, as committed: the campaign state (the sweep and both tune
+    studies at 25 % and 50 %, each confirmed, done; the judge stopped after its first launch) and
+    `tune export` of both studies. Start imports them and runs no step that is done; the judge runs
+    again and starts its schedule over on this machine, and poll and finish export the studies
+    back. No GPU or engine here, so the judge and the steps after it fail without stopping the
+    queue."""
     checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
     for study in ("h2h-prior", "h2h-noprior"):
@@ -121,7 +122,7 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
     with tarfile.open(carried / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
-    assert before["prior-50-confirm"]["done"] and not before["noprior-25"]["done"]
+    assert before["noprior-50-confirm"]["done"] and not before["judge"]["done"]
 
     started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "imported" in started.lower()
@@ -135,11 +136,17 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
         tar.extractall(tmp_path / "back", filter="data")
     camp = tmp_path / "back" / "campaign"
     record = json.loads((camp / "steps.json").read_text())
-    for step in ("sweep", "fidelity", "prior-25", "prior-25-confirm", "prior-50", "prior-50-confirm"):
+    for step in gc.steps()[:gc.steps().index("judge")]:
         assert record[step] == before[step], step                  # done: not run again
-    assert len(record["noprior-25"]["runs"]) == 2 and not record["noprior-25"]["done"]
-    assert record["noprior-25"]["runs"][0]["commands"][0][-1] == "--no-prior"
-    assert record["noprior-25"]["runs"][-1]["commands"][0][-2:] == ["resume", "h2h-noprior"]
-    assert "other hardware" in (camp / "logs" / "noprior-25.log").read_text()
-    assert "noprior-25-confirm" not in record and "judge" not in record
+    judge = record["judge"]["runs"]
+    assert len(judge) == 2 and judge[-1]["commands"][0][1:4] == judge[0]["commands"][0][1:4] == [
+        "-m", "benchmarks.gpu_judge", "run"]
+    assert not record["judge"]["done"] and judge[-1]["exit_code"] == 1   # no engine: every launch failed
+    log = (camp / "logs" / "judge.log").read_text()
+    assert "the schedule starts over on this one" in log and "8 launches failed" in log
+    launches = json.loads((camp / "judge.json").read_text())["launches"]
+    assert launches[:1] == json.loads((tmp_path / "before" / "campaign" / "judge.json").read_text())["launches"]
+    assert len(launches) == 9 and all("error" in r for r in launches[1:])
+    for step in ("sglang-grid", "fidelity-paced"):
+        assert record[step]["runs"] and not record[step]["done"], step
     assert (out / "h2h-prior.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # for the stay after
