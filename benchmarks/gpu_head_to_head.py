@@ -120,21 +120,22 @@ def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
     return rows
 
 
-def judging_launches(launches: list[dict]) -> list[dict]:
-    """The launches of the machine that measured the most (the latest on a tie): the judge's
+def judging_machine(launches: list[dict]) -> str | None:
+    """The machine that measured the most launches (the latest on a tie): the judge's
     interleaving holds within one machine, and each stay gets a fresh one (gpu_judge.py)."""
-    by_machine: dict[str | None, list[dict]] = {}
-    for r in launches:
-        by_machine.setdefault(r.get("machine"), []).append(r)
-    return max(by_machine.values(), key=lambda rows: (sum("value" in r for r in rows), max(r.get("ended", 0) for r in rows)),
-               default=[])
+    def weight(machine: str | None) -> tuple[int, float]:
+        rows = [r for r in launches if r.get("machine") == machine]
+        return sum("value" in r for r in rows), max(r.get("ended", 0) for r in rows)
+
+    return max({r.get("machine") for r in launches}, key=weight, default=None)
 
 
 def judged(campaign: Path) -> dict:
     """Each arm's launches, median with its interval, and ratio to the sweep's arm; launches of
     another machine are counted, not judged."""
     doc = json.loads((campaign / "judge.json").read_text())
-    launches = judging_launches(doc["launches"])
+    machine = judging_machine(doc["launches"])
+    launches = [r for r in doc["launches"] if r.get("machine") == machine]
     values = {label: [r["value"] for r in launches if r["arm"] == label and "value" in r]
               for label in doc["arms"]}
     ref = values[gj.SWEEP]
@@ -147,7 +148,7 @@ def judged(campaign: Path) -> dict:
                       "ratio_ci95": bootstrap_ratio_ci(vs, ref),
                       "failed_launches": sum(1 for r in launches if r["arm"] == label and "error" in r),
                       "other_machines": [r.get("value") for r in doc["launches"]
-                                         if r["arm"] == label and r not in launches]}
+                                         if r["arm"] == label and r.get("machine") != machine]}
     return out
 
 

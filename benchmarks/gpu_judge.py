@@ -14,7 +14,7 @@ Every launch is appended to STATE/judge.json as it ends, with the machine it ran
 so a stopped judge resumes with the next launch of the same schedule on the same machine. A stay
 on another machine (each stay gets a fresh one) starts the schedule over: interleaving cancels the
 drift of one machine, not the difference between two, so the launches of another machine are kept
-but judge nothing (benchmarks/gpu_head_to_head.py reads the machine with the most launches). Its
+but judge nothing (benchmarks/gpu_head_to_head.py reads the machine that measured the most). Its
 servers are stopped as tune stops an engine (tuner.runtime.procgroup.kill_group), so each launch
 finds the GPU's memory free.
 
