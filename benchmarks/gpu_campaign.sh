@@ -16,8 +16,10 @@
 #   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS, .whl
 #   (the stay that reaches the last step, sglang-grid, also stages SGLang's kit: 2 more `stage`
 #   calls, .kits/sglang-0.5.17's part00, then part01 + install.sh + SHA256SUMS)
-#   bash benchmarks/gpu_campaign.sh start    # carry: .gpu-state (the prior, and from the second
-#        # stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz)
+#   bash benchmarks/gpu_campaign.sh start [STEP ...]   # carry: .gpu-state (the prior, and from the
+#        # second stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz); STEPs: only these
+#        # (the steps that fit the stay's device time, e.g. `judge fidelity-paced` when SGLang's
+#        # kit is not staged), in the queue's order; none: the whole queue
 #        # installs, restores the state (tune import for the studies), runs the queue in the background
 #        # (.gpu-state too large for one call with the tree: carry some of it with a `stage` call)
 #   bash benchmarks/gpu_campaign.sh poll [S] # wait up to S seconds (default 540), show progress,
@@ -70,7 +72,8 @@ start)
   [ -f "$CARRIED/h200-vllm-grid-prior.json" ] && cp "$CARRIED/h200-vllm-grid-prior.json" "$CAMP/"
   python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
   prior=(); [ -f "$CAMP/h200-vllm-grid-prior.json" ] && prior=(--prior-file "$CAMP/h200-vllm-grid-prior.json")
-  setsid python3 -m benchmarks.gpu_campaign run --state "$CAMP" "${prior[@]}" \
+  only=("${@:2}"); [ ${#only[@]} -gt 0 ] && only=(--only "${only[@]}")
+  setsid python3 -m benchmarks.gpu_campaign run --state "$CAMP" "${prior[@]}" "${only[@]}" \
     >> "$STATE/campaign.log" 2>&1 < /dev/null &
   echo $! > "$STATE/campaign.pid"
   stamp "campaign started (pid $!)"
