@@ -85,7 +85,7 @@ poll)
   tail -n 4 "$STATE/campaign.log"
   python3 -m benchmarks.gpu_campaign status --state "$CAMP"
   python3 -m benchmarks.gpu_vllm_sweep progress --state "$CAMP/vllm-sweep"
-  step=$(grep -o "step [a-z0-9-]*" "$STATE/campaign.log" | tail -n 1 | cut -d' ' -f2)
+  step=$(grep -o "\] step [a-z0-9-]*" "$STATE/campaign.log" | tail -n 1 | cut -d' ' -f3)   # not "every step done"
   [ -n "$step" ] && tail -n 6 "$CAMP/logs/$step.log"
   gpu_mem
   save_state

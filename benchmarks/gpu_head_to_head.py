@@ -5,7 +5,8 @@ ratios to the sweep's pick.
 Per tool: wall-clock to its recommendation (the sweep: its invocations; tune: the intervals of its
 own steps, so neither counts the gaps between stays), engine launches, refused configs launched,
 the config it recommends, and its best-so-far against that wall-clock. The judge: each arm's
-median over its launches, and each arm's ratio to the sweep's pick with a 95 % bootstrap interval.
+median over its launches, and each arm's ratio to the sweep's pick with a 95 % bootstrap interval
+and with the machine's drift taken out (drift_adjusted).
 The targets: tune's confirmed pick at least as good as the sweep's (the interval of the ratio
 contains or exceeds 1) in at most 40 % of the sweep's wall-clock, the sweep's counted as one
 uninterrupted sweep (its launches stopped by the end of a stay and its resumed start-ups left out;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -130,6 +132,27 @@ def judging_machine(launches: list[dict]) -> str | None:
     return max({r.get("machine") for r in launches}, key=weight, default=None)
 
 
+def drift_adjusted(launches: list[dict]) -> tuple[dict[str, float], float] | None:
+    """Each arm's ratio to the sweep's arm with the machine's drift taken out, and that drift per
+    launch: least squares of log(value) on the arm and the launch's place in the sequence (failed
+    launches take their place too). The ratios of a schedule that launches the arms in the same order
+    every round carry the drift between their slots; this is how much. None when the launches do not
+    determine it (one round)."""
+    import numpy as np
+
+    rows = [(k, r["arm"], r["value"]) for k, r in enumerate(launches) if "value" in r]
+    labels = list(dict.fromkeys(arm for _, arm, _ in rows))
+    if gj.SWEEP not in labels or len(rows) < len(labels) + 2:
+        return None
+    x = np.array([[float(arm == label) for label in labels] + [k] for k, arm, _ in rows])
+    coef, *_ = np.linalg.lstsq(x, np.log([v for *_, v in rows]), rcond=None)
+    if np.linalg.matrix_rank(x) < x.shape[1]:
+        return None
+    sweep = coef[labels.index(gj.SWEEP)]
+    return ({label: math.exp(c - sweep) for label, c in zip(labels, coef[:-1])},
+            math.expm1(coef[-1]))
+
+
 def judged(campaign: Path) -> dict:
     """Each arm's launches, median with its interval, and ratio to the sweep's arm; launches of
     another machine are counted, not judged."""
@@ -139,6 +162,7 @@ def judged(campaign: Path) -> dict:
     values = {label: [r["value"] for r in launches if r["arm"] == label and "value" in r]
               for label in doc["arms"]}
     ref = values[gj.SWEEP]
+    adjusted, drift = drift_adjusted(launches) or ({}, None)
     out = {}
     for label, vs in values.items():
         out[label] = {"config": doc["arms"][label], "values": vs,
@@ -146,6 +170,7 @@ def judged(campaign: Path) -> dict:
                       "median_ci95": bootstrap_median_ci(vs),
                       "ratio_to_sweep": statistics.median(vs) / statistics.median(ref) if vs and ref else None,
                       "ratio_ci95": bootstrap_ratio_ci(vs, ref),
+                      "ratio_drift_adjusted": adjusted.get(label), "drift_per_launch": drift,
                       "failed_launches": sum(1 for r in launches if r["arm"] == label and "error" in r),
                       "other_machines": [r.get("value") for r in doc["launches"]
                                          if r["arm"] == label and r.get("machine") != machine]}
@@ -173,12 +198,14 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
         t["judge_arm"] = arm_of(t["pick"], t["pick_arm"], judge, configs) if judge else None
         j = judge.get(t["judge_arm"] or "", {})
         t["ratio_to_sweep"], t["ratio_ci95"] = j.get("ratio_to_sweep"), j.get("ratio_ci95")
+        t["ratio_drift_adjusted"] = j.get("ratio_drift_adjusted")
         whole = sweep["wall_whole_s"]
         t["wall_share_of_sweep"] = t["wall_s"] / whole if whole > 0 else None
         t["meets_quality"] = None if not t["ratio_ci95"] else t["ratio_ci95"][1] >= 1.0
         t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
     return {"sweep": sweep, "tune": tools, "judge": judge,
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
+            "fidelity_paced": read_json(campaign / "fidelity-h200-paced.json", None),
             "campaign": json.loads((campaign / "steps.json").read_text())}
 
 
@@ -197,7 +224,7 @@ def sweep_table(data: dict) -> str:
 
 def table(data: dict) -> str:
     s = data["sweep"]
-    lines = ["| tool | wall-clock | launches | refused launched | recommends | its value | judged ratio to the sweep's pick [95 %] | targets |",
+    lines = ["| tool | wall-clock | launches | refused launched | recommends | its value | judged ratio to the sweep's pick [95 %]; drift-adjusted | targets |",
              "|---|---|---|---|---|---|---|---|",
              f"| {s['tool']} ({s['configs_measured']} of {s['configs_planned']} configs) | {s['wall_s'] / 60:.1f} min "
              f"({s['wall_whole_s'] / 60:.1f} without the stays' restarts) | "
@@ -205,6 +232,8 @@ def table(data: dict) -> str:
     for t in data["tune"]:
         ci = "[{:.3f}, {:.3f}]".format(*t["ratio_ci95"]) if t["ratio_ci95"] else "-"
         ratio = f"{t['ratio_to_sweep']:.3f} {ci}" if t["ratio_to_sweep"] else "not judged yet"
+        if t.get("ratio_drift_adjusted"):
+            ratio += f"; {t['ratio_drift_adjusted']:.3f}"
         share = f" ({100 * t['wall_share_of_sweep']:.0f} %)" if t["wall_share_of_sweep"] else ""
         targets = ", ".join(f"{k.split('_')[1]} {'met' if v else 'missed'}"
                             for k, v in (("meets_quality", t["meets_quality"]), ("meets_wall", t["meets_wall"]))

@@ -135,7 +135,8 @@ def test_the_judges_arms_merge_equal_picks_and_a_baseline_pick_is_the_defaults(t
     assert gj.sweep_pick(state)["knobs"] == {"max_num_seqs": 16}
     assert gj.arms(state) == {"sweep": {"max_num_seqs": 16}, "defaults": None,
                               "tune-prior-50": {"max_num_seqs": 8}}
-    assert gj.schedule(["a", "b"], 2) == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
+    assert gj.schedule(["a", "b", "c"], 3) == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"),
+                                               (1, "a"), (2, "a"), (2, "b"), (2, "c")]
 
 
 @pytest.mark.usefixtures("tiny_model_path")

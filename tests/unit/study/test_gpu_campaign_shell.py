@@ -87,7 +87,8 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 
     _phase(checkout, env, "stage")
     shutil.rmtree(carried)                                  # the next call carries none of it
-    started = _phase(checkout, env, "start")
+    # the steps this stay has time for: all but the last
+    started = _phase(checkout, env, "start", *gc.steps()[:-1])
     assert "restored the campaign" in started and "campaign started" in started
     polled = _phase(checkout, env, "poll", "120")
     assert "the campaign has exited" in polled
@@ -101,20 +102,20 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
     invocations = json.loads((tmp_path / "back" / "campaign" / "vllm-sweep" / "invocations.json").read_text())
     assert invocations[:-1] == stays and invocations[-1]["resume"] and invocations[-1]["exit_code"] == 0
     # No GPU here: the tune steps fail at tune's own preflight, each without stopping the queue.
-    for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid", "fidelity-paced"):
+    for step in ("fidelity", "prior-25", "noprior-25", "sglang-grid"):
         assert record[step]["runs"] and not record[step]["done"], step
     assert "prior-25-confirm" not in record and "judge" not in record
+    assert "fidelity-paced" not in record                          # not asked for: not run
     log = (tmp_path / "back" / "campaign" / "logs" / "prior-25.log").read_text()
     assert "--prior-file" in log and str(state / "campaign" / "h200-vllm-grid-prior.json") in log
 
 
-def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_stopped(tmp_path):
-    """What the next stay carries, as committed: the campaign state (the sweep and both tune
-    studies at 25 % and 50 %, each confirmed, done; the judge stopped after its first launch) and
-    `tune export` of both studies. Start imports them and runs no step that is done; the judge runs
-    again and starts its schedule over on this machine, and poll and finish export the studies
-    back. Only the steps named to start run (this stay has not staged SGLang's kit). No GPU or
-    engine here, so the judge and the paced fidelity fail without stopping the queue."""
+def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
+    """What the next stay carries, as committed: the campaign state (every step done but
+    sglang-grid: the sweep, both tune studies at 25 % and 50 %, each confirmed, the judge, both
+    fidelity runs) and `tune export` of both studies. Start imports them and runs no step that is
+    done; the one left fails here (no SGLang kit, no GPU) without harm, and poll and finish return
+    the state and export the studies back."""
     checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
     for study in ("h2h-prior", "h2h-noprior"):
@@ -122,13 +123,14 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
     with tarfile.open(carried / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
-    assert before["noprior-50-confirm"]["done"] and not before["judge"]["done"]
+    left = [step for step in gc.steps() if not before.get(step, {}).get("done")]
+    assert left == ["sglang-grid"]
 
-    started = _phase(checkout, env, "start", "judge", "fidelity-paced")   # SGLang's kit not staged
+    started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "imported" in started.lower()
     assert (state / "studies" / "h2h-prior.db").exists() and (state / "studies" / "h2h-noprior.db").exists()
     polled = _phase(checkout, env, "poll", "120")
-    assert "the campaign has exited" in polled
+    assert "the campaign has exited" in polled and "left: sglang-grid" in polled
     assert (out / "campaign.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # what a cut stay keeps
     _phase(checkout, env, "finish")
 
@@ -136,17 +138,10 @@ def test_the_next_stay_imports_the_study_and_resumes_the_queue_where_the_last_st
         tar.extractall(tmp_path / "back", filter="data")
     camp = tmp_path / "back" / "campaign"
     record = json.loads((camp / "steps.json").read_text())
-    for step in gc.steps()[:gc.steps().index("judge")]:
-        assert record[step] == before[step], step                  # done: not run again
-    judge = record["judge"]["runs"]
-    assert len(judge) == 2 and judge[-1]["commands"][0][1:4] == judge[0]["commands"][0][1:4] == [
-        "-m", "benchmarks.gpu_judge", "run"]
-    assert not record["judge"]["done"] and judge[-1]["exit_code"] == 1   # no engine: every launch failed
-    log = (camp / "logs" / "judge.log").read_text()
-    assert "the schedule starts over on this one" in log and "8 launches failed" in log
-    launches = json.loads((camp / "judge.json").read_text())["launches"]
-    assert launches[:1] == json.loads((tmp_path / "before" / "campaign" / "judge.json").read_text())["launches"]
-    assert len(launches) == 9 and all("error" in r for r in launches[1:])
-    assert "sglang-grid" not in record                              # not asked for: not run
-    assert record["fidelity-paced"]["runs"] and not record["fidelity-paced"]["done"]
+    for step in gc.steps():
+        if step != "sglang-grid":
+            assert record[step] == before[step], step              # done: not run again
+    assert record["sglang-grid"]["runs"] and not record["sglang-grid"]["done"]
+    assert json.loads((camp / "judge.json").read_text()) == json.loads(
+        (tmp_path / "before" / "campaign" / "judge.json").read_text())
     assert (out / "h2h-prior.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # for the stay after

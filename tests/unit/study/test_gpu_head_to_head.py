@@ -89,3 +89,18 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     assert data["judge"]["sweep"]["other_machines"] == [5000.0]   # another stay's: not judged
     row = next(line for line in hh.table(data).splitlines() if "tune prior 25 %" in line)
     assert str(fp8["knobs"]) in row and "the defaults" not in row
+
+
+def test_the_drift_adjusted_ratio_takes_a_linear_drift_out_of_a_fixed_order():
+    """A B C, A B C on a machine that loses 1 % a launch: the plain ratios favour the arm launched
+    first, the adjusted ones are the arms' own."""
+    own = {"sweep": 100.0, "defaults": 75.0, "tune": 100.0}
+    launches = [{"arm": arm, "value": own[arm] * 0.99 ** k}
+                for k, arm in enumerate(["sweep", "defaults", "tune"] * 2)]
+    launches.insert(4, {"arm": "defaults", "error": "the server exited 1"})   # its slot still passes
+    for r in launches[5:]:
+        r["value"] *= 0.99
+    ratios, drift = hh.drift_adjusted(launches)
+    assert ratios == pytest.approx({"sweep": 1.0, "defaults": 0.75, "tune": 1.0})
+    assert drift == pytest.approx(-0.01)
+    assert hh.drift_adjusted(launches[:3]) is None                # one round: not determined
