@@ -19,8 +19,12 @@ a failed one runs again next time, and the steps that need it wait):
   defaults, measured by tune's own trial runner for the replay (needs SGLang's kit staged as well);
 - ``fidelity-paced``: the fidelity step again with the space's workload paced at 16 requests/s (about
   half the defaults' capacity) and 3 pairs: at rate inf one client's mean TTFT moves 7-9 % between
-  runs (the wait in the burst's queue), more than the 3 % the comparison is to resolve. Last, so it
-  never delays the head-to-head.
+  runs (the wait in the burst's queue), more than the 3 % the comparison is to resolve; after the
+  head-to-head's own steps, so it never delays them.
+- ``judge-clients``: the judge again, each launch measured by both clients, `vllm bench serve` and
+  `tune bench`, in an order alternating by round (``gpu_judge.py --name judge-clients --clients
+  vllm,tune``): the first judge measured with the sweep's client only and ranked the top configs in
+  the opposite order to tune's own launches of them.
 
 Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
 wall-clocks are sums of those, without the gaps between stays.
@@ -70,7 +74,7 @@ def steps() -> list[str]:
     for variant in VARIANTS:
         for budget in BUDGETS:
             out += [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
-    return out + ["judge", "sglang-grid", "fidelity-paced"]
+    return out + ["judge", "sglang-grid", "fidelity-paced", "judge-clients"]
 
 
 class Campaign:
@@ -109,6 +113,9 @@ class Campaign:
                      "space", *flags, "--out", str(self.state / out)]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
+        if step == "judge-clients":
+            return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state),
+                     "--name", "judge-clients", "--clients", "vllm,tune"]]
         if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how
             if self.started(step):
                 return [[*TUNE, "resume", SGLANG_GRID]]
@@ -182,7 +189,7 @@ def finished(study: str) -> int:
 def needs(step: str) -> list[str]:
     """The steps that must be done before this one: a confirm repeats its search's configs, the
     50 % budget continues the confirmed 25 % study, and the judge launches every tool's pick."""
-    if step == "judge":
+    if step in ("judge", "judge-clients"):
         return ["sweep", *(f"{v}-{b}-confirm" for v in VARIANTS for b in BUDGETS)]
     variant = step.partition("-")[0]
     if variant not in VARIANTS:

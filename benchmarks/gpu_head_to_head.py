@@ -38,6 +38,7 @@ from benchmarks.gpu_vllm_sweep import convert, read_json
 from benchmarks.vs_vllm_sweep import bootstrap_median_ci, bootstrap_ratio_ci
 
 WALL_TARGET = 0.40
+CLIENTS = ("vllm", "tune")      # `vllm bench serve` (the sweep's) and `tune bench` (tune's)
 
 
 def active(intervals: list[tuple[float, float]], t: float) -> float:
@@ -153,11 +154,24 @@ def drift_adjusted(launches: list[dict]) -> tuple[dict[str, float], float] | Non
             math.expm1(coef[-1]))
 
 
-def judged(campaign: Path) -> dict:
-    """Each arm's launches, median with its interval, and ratio to the sweep's arm; launches of
-    another machine are counted, not judged."""
-    doc = json.loads((campaign / "judge.json").read_text())
+def by_client(launches: list[dict], client: str) -> list[dict]:
+    """The launches as one client measured them: ``value`` its objective (a one-client judge's
+    rows carry `vllm bench serve`'s only); a launch it did not measure keeps its place, valueless."""
+    def value(r: dict) -> float | None:
+        if "by_client" in r:
+            return r["by_client"].get(client, {}).get("value")
+        return r.get("value") if client == "vllm" else None
+
+    return [{k: v for k, v in r.items() if k not in ("value", "by_client")}
+            | ({"value": value(r)} if value(r) is not None else {}) for r in launches]
+
+
+def judged(campaign: Path, name: str = "judge", client: str = "vllm") -> dict:
+    """Each arm's launches as ``client`` measured them, median with its interval, and ratio to
+    the sweep's arm; launches of another machine are counted, not judged."""
+    doc = json.loads((campaign / f"{name}.json").read_text())
     machine = judging_machine(doc["launches"])
+    doc["launches"] = by_client(doc["launches"], client)
     launches = [r for r in doc["launches"] if r.get("machine") == machine]
     values = {label: [r["value"] for r in launches if r["arm"] == label and "value" in r]
               for label in doc["arms"]}
@@ -203,7 +217,17 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
         t["wall_share_of_sweep"] = t["wall_s"] / whole if whole > 0 else None
         t["meets_quality"] = None if not t["ratio_ci95"] else t["ratio_ci95"][1] >= 1.0
         t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
-    return {"sweep": sweep, "tune": tools, "judge": judge,
+    # the second judge, each launch measured by both clients (gpu_judge.py --clients vllm,tune)
+    clients = ({c: judged(campaign, "judge-clients", c) for c in CLIENTS}
+               if (campaign / "judge-clients.json").exists() else {})
+    for t in tools:
+        t["by_client"] = {}
+        for c, jc in clients.items():
+            j = jc.get(arm_of(t["pick"], t["pick_arm"], jc, configs) or "", {})
+            t["by_client"][c] = {"ratio_to_sweep": j.get("ratio_to_sweep"), "ratio_ci95": j.get("ratio_ci95"),
+                                 "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
+                                 "meets_quality": None if not j.get("ratio_ci95") else j["ratio_ci95"][1] >= 1.0}
+    return {"sweep": sweep, "tune": tools, "judge": judge, "judge_clients": clients,
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
             "fidelity_paced": read_json(campaign / "fidelity-h200-paced.json", None),
             "campaign": json.loads((campaign / "steps.json").read_text())}
@@ -241,6 +265,24 @@ def table(data: dict) -> str:
         pick = t["pick"] if gj.names_a_config(t["pick_arm"]) else "the defaults"
         lines.append(f"| {t['tool']} | {t['wall_s'] / 60:.1f} min{share} | {t['launches']} | "
                      f"{t['refused_launched']} | {pick} | {t['pick_value'] or 0:,.0f} (n={t['pick_n']}) | {ratio} | {targets} |")
+    return "\n".join(lines)
+
+
+def clients_table(data: dict) -> str:
+    """The second judge: each tune run's pick against the sweep's, as each client measured them."""
+    if not data.get("judge_clients"):
+        return ""
+    lines = ["| tool | " + " | ".join(f"ratio by `{'vllm bench serve' if c == 'vllm' else 'tune bench'}` "
+                                       "[95 %]; drift-adjusted" for c in CLIENTS) + " |",
+             "|---|" + "---|" * len(CLIENTS)]
+    for t in data["tune"]:
+        cells = []
+        for c in CLIENTS:
+            j = t["by_client"].get(c, {})
+            cells.append("-" if not j.get("ratio_to_sweep") else
+                         f"{j['ratio_to_sweep']:.3f} [{j['ratio_ci95'][0]:.3f}, {j['ratio_ci95'][1]:.3f}]"
+                         + (f"; {j['ratio_drift_adjusted']:.3f}" if j.get("ratio_drift_adjusted") else ""))
+        lines.append(f"| {t['tool']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -287,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(sweep_table(data) + "\n")
     print(table(data))
+    if data["judge_clients"]:
+        print("\n" + clients_table(data))
     if args.plot:
         plot(data, args.plot)
     return 0

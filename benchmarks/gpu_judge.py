@@ -1,8 +1,12 @@
-"""The independent judge of the H200 head-to-head (issue 22, item 5): neither tool's code picks or
-measures here. It starts `vllm serve` itself (the sweep's plan: the installed folder's command and
+"""The independent judge of the H200 head-to-head (issue 22, item 5): neither tool's search picks
+here. It starts `vllm serve` itself (the sweep's plan: the installed folder's command and
 environment), waits for /health, sends two short requests, runs `vllm bench serve` once with the
-grid's workload, and stops the server; for the sweep's pick, each of tune's picks and the engine's
-defaults (no flags at all), launched interleaved (A B C, C B A, ...), ROUNDS times each.
+grid's workload (with ``--clients vllm,tune`` also `tune bench`, the order alternating by round),
+and stops the server; for the sweep's pick, each of tune's picks and the engine's defaults (no
+flags at all), launched interleaved (A B C, C B A, ...), ROUNDS times each. Why both clients: the
+sweep picks with `vllm bench serve` and tune with its own client, and the one-client judge (the
+sweep's client) ranked the top configs in the opposite order to tune's many launches of them
+(docs/vs-vllm-sweep.md, sixth stay); a judge measuring with one tool's instrument is not neutral.
 
 - the sweep's pick: the config with the best mean objective over its runs, as a user of `vllm
   bench sweep serve` reads its summary;
@@ -18,7 +22,7 @@ but judge nothing (benchmarks/gpu_head_to_head.py reads the machine that measure
 servers are stopped as tune stops an engine (tuner.runtime.procgroup.kill_group), so each launch
 finds the GPU's memory free.
 
-    python3 -m benchmarks.gpu_judge run --state S [--rounds 2]
+    python3 -m benchmarks.gpu_judge run --state S [--rounds 2] [--name judge] [--clients vllm,tune]
     python3 -m benchmarks.gpu_judge arms --state S        (the arms it would launch, no launch)
 """
 
@@ -119,8 +123,31 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> float:
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
 
-def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) -> dict:
-    """One judged launch: ready time, the benchmark's result, teardown time."""
+def bench_cmds(plan: dict, work: Path, tag: str) -> dict[str, tuple[list[str], dict[str, str], Path]]:
+    """Each client's command, environment and result file, on the same workload flags: `vllm bench
+    serve` from the engine's folder (the sweep's client) and `tune bench` (tune's), which takes
+    vLLM's flag names; its environment is this process's (the engine folder's PYTHONPATH is
+    vLLM's, not tune's)."""
+    flags = plan["bench_cmd"][3:]                            # after `vllm bench serve`
+    if "--backend" in flags:
+        i = flags.index("--backend")
+        flags = flags[:i] + flags[i + 2:]
+    out = {}
+    for client, argv, env in (("vllm", plan["bench_cmd"], {**os.environ, **plan["env"]}),
+                              ("tune", [sys.executable, "-m", "tuner", "bench", *flags, "--disable-tqdm"],
+                               dict(os.environ))):
+        path = work / (f"{tag}.json" if client == "vllm" else f"{tag}-{client}.json")
+        out[client] = ([*argv, "--save-result", "--result-dir", str(work), "--result-filename", path.name],
+                       env, path)
+    return out
+
+
+def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
+           clients: tuple[str, ...] = ("vllm",)) -> dict:
+    """One judged launch: ready time, each client's benchmark in the given order (the second
+    finds the server warmer: schedule the orders so each arm gets both), teardown time. ``value``
+    is `vllm bench serve`'s objective where it ran (as in the one-client judge), ``by_client``
+    every client's."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
     port = plan["port"]
     env = {**os.environ, **plan["env"]}
@@ -135,16 +162,18 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) ->
                 _get(f"http://127.0.0.1:{port}/v1/completions", {
                     "model": plan["bench_cmd"][plan["bench_cmd"].index("--model") + 1],
                     "prompt": "Hello", "max_tokens": 8}, timeout=60)
-            out = work / f"{tag}.json"
-            bench = [*plan["bench_cmd"], "--save-result", "--result-dir", str(work),
-                     "--result-filename", out.name]
-            t = time.time()
-            subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
-            row["bench_s"] = round(time.time() - t, 2)
-            doc = json.loads(out.read_text())
-            row.update({k: doc.get(k) for k in (plan["objective"], "mean_ttft_ms", "mean_tpot_ms",
-                                                "completed", "duration")})
-            row["value"] = doc[plan["objective"]]
+            cmds, row["by_client"] = bench_cmds(plan, work, tag), {}
+            for client in clients:
+                bench, bench_env, out = cmds[client]
+                t = time.time()
+                subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)
+                doc = json.loads(out.read_text())
+                row["by_client"][client] = {
+                    "bench_s": round(time.time() - t, 2), "value": doc[plan["objective"]],
+                    **{k: doc.get(k) for k in (plan["objective"], "mean_ttft_ms", "mean_tpot_ms",
+                                               "completed", "duration")}}
+            first = row["by_client"][sorted(clients, key=("vllm", "tune").index)[0]]
+            row.update(first)
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             row["error"] = str(exc)
         finally:
@@ -157,11 +186,18 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str) ->
     return row
 
 
-def run(state: Path, rounds: int) -> int:
+def client_order(clients: tuple[str, ...], rnd: int) -> tuple[str, ...]:
+    """Even rounds in the given order, odd ones reversed: with two rounds each arm's launch is
+    measured once by each client first (the sweep's runs 2 and 3 of a launch measured 2-5 % above
+    its run 1)."""
+    return clients if rnd % 2 == 0 else clients[::-1]
+
+
+def run(state: Path, rounds: int, name: str = "judge", clients: tuple[str, ...] = ("vllm",)) -> int:
     plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
-    work = state / "judge"
+    work = state / name
     work.mkdir(exist_ok=True)
-    path = state / "judge.json"
+    path = state / f"{name}.json"
     doc = json.loads(path.read_text()) if path.exists() else {"arms": arms(state), "launches": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwinds launch(): server stopped
     here = machine()
@@ -172,7 +208,8 @@ def run(state: Path, rounds: int) -> int:
     for rnd, label in schedule(list(doc["arms"]), rounds):
         if (rnd, label) in done:
             continue
-        row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}-{here[:8]}")
+        row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}-{here[:8]}",
+                     client_order(clients, rnd))
         doc["launches"].append({"round": rnd, "machine": here, **row})
         path.write_text(json.dumps(doc, indent=1))
         print(f"{label} round {rnd}: {row.get('value', row.get('error'))}", flush=True)
@@ -187,11 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("cmd", choices=["run", "arms"])
     ap.add_argument("--state", type=Path, required=True)
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--name", default="judge", help="STATE/NAME.json and STATE/NAME/: one judgement each")
+    ap.add_argument("--clients", default="vllm",
+                    help="comma-separated, from vllm (`vllm bench serve`) and tune (`tune bench`): "
+                         "each launch is measured by each, the order alternating by round")
     args = ap.parse_args(argv)
+    clients = tuple(args.clients.split(","))
+    if not clients or len(set(clients)) != len(clients) or not set(clients) <= {"vllm", "tune"}:
+        ap.error(f"--clients {args.clients!r}: name vllm, tune or both, each once")
     if args.cmd == "arms":
         print(json.dumps(arms(args.state), indent=1))
         return 0
-    return run(args.state, args.rounds)
+    return run(args.state, args.rounds, args.name, clients)
 
 
 if __name__ == "__main__":

@@ -42,10 +42,15 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
                                                 "h200-sglang-grid"]
     (paced,) = c.commands("fidelity-paced")
     assert paced[paced.index("--request-rate") + 1] == "16" and paced[paced.index("--pairs") + 1] == "3"
-    assert gc.steps()[0] == "sweep" and gc.steps()[-3:] == ["judge", "sglang-grid", "fidelity-paced"]
+    (both,) = c.commands("judge-clients")
+    assert both[1:] == ["-m", "benchmarks.gpu_judge", "run", "--state", str(tmp_path), "--name",
+                        "judge-clients", "--clients", "vllm,tune"]
+    assert gc.steps()[0] == "sweep" and gc.steps()[-4:] == ["judge", "sglang-grid", "fidelity-paced",
+                                                            "judge-clients"]
     assert gc.needs("prior-25") == [] and gc.needs("prior-25-confirm") == ["prior-25"]
     assert gc.needs("noprior-50") == ["noprior-25-confirm"] and gc.needs("fidelity") == []
     assert gc.needs("fidelity-paced") == []
+    assert gc.needs("judge-clients") == gc.needs("judge")
     assert set(gc.needs("judge")) == {"sweep", "prior-25-confirm", "prior-50-confirm",
                                       "noprior-25-confirm", "noprior-50-confirm"}
 
@@ -135,6 +140,8 @@ def test_the_judges_arms_merge_equal_picks_and_a_baseline_pick_is_the_defaults(t
     assert gj.sweep_pick(state)["knobs"] == {"max_num_seqs": 16}
     assert gj.arms(state) == {"sweep": {"max_num_seqs": 16}, "defaults": None,
                               "tune-prior-50": {"max_num_seqs": 8}}
+    assert [gj.client_order(("vllm", "tune"), r) for r in range(3)] == [
+        ("vllm", "tune"), ("tune", "vllm"), ("vllm", "tune")]
     assert gj.schedule(["a", "b", "c"], 3) == [(0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"),
                                                (1, "a"), (2, "a"), (2, "b"), (2, "c")]
 
@@ -160,10 +167,21 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     assert {row["machine"] for row in doc["launches"]} == {gj.machine()}
     assert gj.run(state, rounds=1) == 0                                    # nothing left to launch
     assert len(json.loads((state / "judge.json").read_text())["launches"]) == 2
+    # the second judge: each launch measured by `vllm bench serve` and `tune bench`, in that order
+    # in round 0, on the same workload
+    assert gj.run(state, rounds=1, name="judge-clients", clients=gj.client_order(("vllm", "tune"), 0)) == 0
+    both = json.loads((state / "judge-clients.json").read_text())["launches"]
+    assert [r["arm"] for r in both] == ["sweep", "defaults"]
+    for row in both:
+        assert list(row["by_client"]) == ["vllm", "tune"], row
+        for measured in row["by_client"].values():
+            assert measured["value"] > 0 and measured["completed"] == plan["workload"]["num_prompts"]
+        assert row["value"] == row["by_client"]["vllm"]["value"]
+    assert (state / "judge-clients" / f"sweep-r0-{gj.machine()[:8]}-tune.json").exists()
     # the next stay's fresh machine: the interleaved schedule starts over there, the launches kept
     monkeypatch.setattr(gj, "machine", lambda: "another-boot")
     fails = {"defaults"}
-    monkeypatch.setattr(gj, "launch", lambda plan, label, config, work, tag: {
+    monkeypatch.setattr(gj, "launch", lambda plan, label, config, work, tag, clients: {
         "arm": label, **({"error": "the server exited 1"} if label in fails else {"value": 1.0})})
     assert gj.run(state, rounds=1) == 1                     # a failed launch: the step is not done
     fails.clear()

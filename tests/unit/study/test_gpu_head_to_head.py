@@ -89,6 +89,24 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     assert data["judge"]["sweep"]["other_machines"] == [5000.0]   # another stay's: not judged
     row = next(line for line in hh.table(data).splitlines() if "tune prior 25 %" in line)
     assert str(fp8["knobs"]) in row and "the defaults" not in row
+    assert tune["by_client"] == {} and hh.clients_table(data) == ""
+
+    # the second judge: both clients measured each launch; the sweep's client (as the first
+    # judge) and tune's disagree on the order, each ratio its own
+    (campaign / "judge-clients.json").write_text(json.dumps({
+        "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
+        "launches": [{"round": r, "arm": a, "machine": "c", "ended": 3.0, "value": v,
+                      "by_client": {"vllm": {"value": v}, "tune": {"value": w}}}
+                     for r in range(2) for a, v, w in (("sweep", 7600.0 + r, 7700.0 + r),
+                                                        ("defaults", 7500.0, 7500.0),
+                                                        ("tune-prior-25", 7500.0 + r, 7800.0 + r))]}))
+    data = hh.report(campaign, {"prior": archive})
+    (tune,) = data["tune"]
+    assert tune["by_client"]["vllm"]["ratio_to_sweep"] == pytest.approx(7500.5 / 7600.5)
+    assert tune["by_client"]["tune"]["ratio_to_sweep"] == pytest.approx(7800.5 / 7700.5)
+    assert not tune["by_client"]["vllm"]["meets_quality"] and tune["by_client"]["tune"]["meets_quality"]
+    assert tune["ratio_to_sweep"] == pytest.approx(9810 / 7601)          # the first judge's, as before
+    assert "tune prior 25 %" in hh.clients_table(data)
 
 
 def test_the_drift_adjusted_ratio_takes_a_linear_drift_out_of_a_fixed_order():
