@@ -21,10 +21,12 @@ a failed one runs again next time, and the steps that need it wait):
   half the defaults' capacity) and 3 pairs: at rate inf one client's mean TTFT moves 7-9 % between
   runs (the wait in the burst's queue), more than the 3 % the comparison is to resolve; after the
   head-to-head's own steps, so it never delays them.
-- ``judge-clients``: the judge again, each launch measured by both clients, `vllm bench serve` and
-  `tune bench`, in an order alternating by round (``gpu_judge.py --name judge-clients --clients
-  vllm,tune``): the first judge measured with the sweep's client only and ranked the top configs in
-  the opposite order to tune's own launches of them.
+- ``judge-clients``: the judge again on the picks (the defaults left out: the first judge measured
+  them), each launch warmed by one unmeasured run and then measured by both clients, `vllm bench
+  serve` and `tune bench`, in an order alternating by round (``gpu_judge.py --name judge-clients
+  --clients vllm,tune --warmups 1 --no-defaults``; 6 launches, about 20 min): the first judge
+  measured one cold run per launch with the sweep's client only, and ranked the top configs in the
+  opposite order to tune's own launches of them and to the sweep's warm runs.
 
 Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
 wall-clocks are sums of those, without the gaps between stays.
@@ -115,7 +117,7 @@ class Campaign:
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
         if step == "judge-clients":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state),
-                     "--name", "judge-clients", "--clients", "vllm,tune"]]
+                     "--name", "judge-clients", "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]]
         if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how
             if self.started(step):
                 return [[*TUNE, "resume", SGLANG_GRID]]

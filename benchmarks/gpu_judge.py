@@ -23,6 +23,7 @@ servers are stopped as tune stops an engine (tuner.runtime.procgroup.kill_group)
 finds the GPU's memory free.
 
     python3 -m benchmarks.gpu_judge run --state S [--rounds 2] [--name judge] [--clients vllm,tune]
+        [--warmups 1] [--no-defaults]
     python3 -m benchmarks.gpu_judge arms --state S        (the arms it would launch, no launch)
 """
 
@@ -71,12 +72,13 @@ def sweep_pick(state: Path) -> dict:
     return {"knobs": best[1]["knobs"], "sweep": best[1]["sweep"], "value": best[0]}
 
 
-def arms(state: Path) -> dict[str, dict | None]:
+def arms(state: Path, defaults: bool = True) -> dict[str, dict | None]:
     """label -> the sweep overrides of its config (None: the defaults), picks of equal configs
-    merged under the first label that named them."""
+    merged under the first label that named them; ``defaults=False`` leaves the defaults arm out
+    (a second judgement of the picks, where the first already measured the defaults)."""
     plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
     by_knobs = {json.dumps(c["knobs"], sort_keys=True): c["sweep"] for c in plan["configs"]}
-    out: dict[str, dict | None] = {SWEEP: sweep_pick(state)["sweep"], DEFAULTS: None}
+    out: dict[str, dict | None] = {SWEEP: sweep_pick(state)["sweep"], **({DEFAULTS: None} if defaults else {})}
     for path in sorted((state / "picks").glob("*.json")):
         doc = json.loads(path.read_text())
         if not names_a_config(doc["arm"]):
@@ -143,9 +145,11 @@ def bench_cmds(plan: dict, work: Path, tag: str) -> dict[str, tuple[list[str], d
 
 
 def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
-           clients: tuple[str, ...] = ("vllm",)) -> dict:
-    """One judged launch: ready time, each client's benchmark in the given order (the second
-    finds the server warmer: schedule the orders so each arm gets both), teardown time. ``value``
+           clients: tuple[str, ...] = ("vllm",), warmups: int = 0) -> dict:
+    """One judged launch: ready time, ``warmups`` unmeasured runs of the workload by the first
+    client (a launch's first burst of an online-FP8 config measured 2-5 % below its later ones
+    in the sweep), each client's benchmark in the given order (schedule the orders so each arm
+    gets both), teardown time. ``value``
     is `vllm bench serve`'s objective where it ran (as in the one-client judge), ``by_client``
     every client's."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
@@ -162,6 +166,9 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
                 _get(f"http://127.0.0.1:{port}/v1/completions", {
                     "model": plan["bench_cmd"][plan["bench_cmd"].index("--model") + 1],
                     "prompt": "Hello", "max_tokens": 8}, timeout=60)
+            for i in range(warmups):
+                bench, bench_env, _ = bench_cmds(plan, work, f"{tag}-warmup{i}")[clients[0]]
+                subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)
             cmds, row["by_client"] = bench_cmds(plan, work, tag), {}
             for client in clients:
                 bench, bench_env, out = cmds[client]
@@ -193,12 +200,14 @@ def client_order(clients: tuple[str, ...], rnd: int) -> tuple[str, ...]:
     return clients if rnd % 2 == 0 else clients[::-1]
 
 
-def run(state: Path, rounds: int, name: str = "judge", clients: tuple[str, ...] = ("vllm",)) -> int:
+def run(state: Path, rounds: int, name: str = "judge", clients: tuple[str, ...] = ("vllm",),
+        warmups: int = 0, defaults: bool = True) -> int:
     plan = json.loads((state / "vllm-sweep" / "plan.json").read_text())
     work = state / name
     work.mkdir(exist_ok=True)
     path = state / f"{name}.json"
-    doc = json.loads(path.read_text()) if path.exists() else {"arms": arms(state), "launches": []}
+    doc = (json.loads(path.read_text()) if path.exists() else
+           {"arms": arms(state, defaults), "warmups": warmups, "clients": list(clients), "launches": []})
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwinds launch(): server stopped
     here = machine()
     done = {(r["round"], r["arm"]) for r in doc["launches"] if r.get("machine") == here and "error" not in r}
@@ -209,7 +218,7 @@ def run(state: Path, rounds: int, name: str = "judge", clients: tuple[str, ...] 
         if (rnd, label) in done:
             continue
         row = launch(plan, label, doc["arms"][label], work, f"{label}-r{rnd}-{here[:8]}",
-                     client_order(clients, rnd))
+                     client_order(clients, rnd), warmups)
         doc["launches"].append({"round": rnd, "machine": here, **row})
         path.write_text(json.dumps(doc, indent=1))
         print(f"{label} round {rnd}: {row.get('value', row.get('error'))}", flush=True)
@@ -228,14 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", default="vllm",
                     help="comma-separated, from vllm (`vllm bench serve`) and tune (`tune bench`): "
                          "each launch is measured by each, the order alternating by round")
+    ap.add_argument("--warmups", type=int, default=0,
+                    help="unmeasured runs of the workload per launch, before the measured ones")
+    ap.add_argument("--no-defaults", action="store_true", help="leave the defaults arm out")
     args = ap.parse_args(argv)
     clients = tuple(args.clients.split(","))
     if not clients or len(set(clients)) != len(clients) or not set(clients) <= {"vllm", "tune"}:
         ap.error(f"--clients {args.clients!r}: name vllm, tune or both, each once")
     if args.cmd == "arms":
-        print(json.dumps(arms(args.state), indent=1))
+        print(json.dumps(arms(args.state, not args.no_defaults), indent=1))
         return 0
-    return run(args.state, args.rounds, args.name, clients)
+    return run(args.state, args.rounds, args.name, clients, args.warmups, not args.no_defaults)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
     assert paced[paced.index("--request-rate") + 1] == "16" and paced[paced.index("--pairs") + 1] == "3"
     (both,) = c.commands("judge-clients")
     assert both[1:] == ["-m", "benchmarks.gpu_judge", "run", "--state", str(tmp_path), "--name",
-                        "judge-clients", "--clients", "vllm,tune"]
+                        "judge-clients", "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]
     assert gc.steps()[0] == "sweep" and gc.steps()[-4:] == ["judge", "sglang-grid", "fidelity-paced",
                                                             "judge-clients"]
     assert gc.needs("prior-25") == [] and gc.needs("prior-25-confirm") == ["prior-25"]
@@ -167,11 +167,13 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     assert {row["machine"] for row in doc["launches"]} == {gj.machine()}
     assert gj.run(state, rounds=1) == 0                                    # nothing left to launch
     assert len(json.loads((state / "judge.json").read_text())["launches"]) == 2
-    # the second judge: each launch measured by `vllm bench serve` and `tune bench`, in that order
-    # in round 0, on the same workload
-    assert gj.run(state, rounds=1, name="judge-clients", clients=gj.client_order(("vllm", "tune"), 0)) == 0
+    # the second judge, without the defaults: each launch warmed by one unmeasured run, then
+    # measured by `vllm bench serve` and `tune bench`, in that order in round 0, on the same workload
+    assert gj.run(state, rounds=1, name="judge-clients", clients=gj.client_order(("vllm", "tune"), 0),
+                  warmups=1, defaults=False) == 0
     both = json.loads((state / "judge-clients.json").read_text())["launches"]
-    assert [r["arm"] for r in both] == ["sweep", "defaults"]
+    assert [r["arm"] for r in both] == ["sweep"]
+    assert (state / "judge-clients" / f"sweep-r0-{gj.machine()[:8]}-warmup0.json").exists()
     for row in both:
         assert list(row["by_client"]) == ["vllm", "tune"], row
         for measured in row["by_client"].values():
@@ -181,7 +183,7 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     # the next stay's fresh machine: the interleaved schedule starts over there, the launches kept
     monkeypatch.setattr(gj, "machine", lambda: "another-boot")
     fails = {"defaults"}
-    monkeypatch.setattr(gj, "launch", lambda plan, label, config, work, tag, clients: {
+    monkeypatch.setattr(gj, "launch", lambda plan, label, config, work, tag, *order_and_warmups: {
         "arm": label, **({"error": "the server exited 1"} if label in fails else {"value": 1.0})})
     assert gj.run(state, rounds=1) == 1                     # a failed launch: the step is not done
     fails.clear()
