@@ -45,9 +45,10 @@ def _taskset(core: int | None) -> list[str]:
     return ["taskset", "-c", str(core)]
 
 
-def start_stub(core: int | None, itl_ms: float) -> tuple[subprocess.Popen, int]:
+def start_stub(core: int | None, itl_ms: float,
+               ttft_ms: float = 0.0) -> tuple[subprocess.Popen, int]:
     cmd = _taskset(core) + [sys.executable, str(HERE / "stub_server.py"), "--port", "0",
-                            "--itl-ms", str(itl_ms)]
+                            "--itl-ms", str(itl_ms), "--ttft-ms", str(ttft_ms)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().split()
     if len(line) != 2 or line[0] != "READY":

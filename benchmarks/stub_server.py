@@ -7,6 +7,11 @@ dependencies, so it runs from any Python 3.11 (ours or the vLLM venv's).
 
     python benchmarks/stub_server.py --port 0 [--shape vllm|sglang|trtllm] [--itl-ms 0]
 prints "READY <port>" on stdout once listening.
+
+GET /stats returns, and then resets, the window in which it served completions and its own
+first-token time per completion: from having read the request head to writing the first token
+chunk (time.perf_counter), a reference a client's TTFT can be compared with
+(benchmarks/ttft_overhead.py).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import threading
 import time
@@ -45,6 +51,8 @@ class StubServer:
         # that time (GET /stats returns it and starts a new window).
         self.first_request_at: float | None = None
         self.last_response_end_at: float | None = None
+        # Seconds from having read a completion request's head to writing its first token chunk.
+        self.first_token_s: list[float] = []
 
     def _stepper(self) -> "_Stepper":
         if self._step is None:
@@ -55,6 +63,7 @@ class StubServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                head_at = time.perf_counter()
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {}
@@ -72,7 +81,7 @@ class StubServer:
                 if completion and self.first_request_at is None:
                     self.first_request_at = time.time()
                 try:
-                    await self.respond(method, path, body, writer, headers)
+                    await self.respond(method, path, body, writer, headers, head_at)
                 finally:
                     self.inflight -= 1
                     if completion:
@@ -85,15 +94,21 @@ class StubServer:
             writer.close()
 
     async def respond(self, method: str, path: str, body: bytes,
-                      writer: asyncio.StreamWriter, headers: dict | None = None) -> None:
+                      writer: asyncio.StreamWriter, headers: dict | None = None,
+                      head_at: float | None = None) -> None:
         path = path.split("?", 1)[0]
         if method == "GET" and path in ("/health", "/v1/models"):
             doc = {"object": "list", "data": [{"id": "stub", "object": "model"}]}
             return await _send_json(writer, 200, doc if path == "/v1/models" else {})
         if method == "GET" and path == "/stats":
+            ft = self.first_token_s
             window = {"first_request_at": self.first_request_at,
-                      "last_response_end_at": self.last_response_end_at}
+                      "last_response_end_at": self.last_response_end_at,
+                      "first_token_count": len(ft),
+                      "first_token_mean_ms": 1000 * statistics.fmean(ft) if ft else None,
+                      "first_token_median_ms": 1000 * statistics.median(ft) if ft else None}
             self.first_request_at = self.last_response_end_at = None
+            self.first_token_s = []
             return await _send_json(writer, 200, window)
         if method != "POST" or not path.endswith("completions"):
             return await _send_json(writer, 404, {"error": f"no route {method} {path}"})
@@ -121,11 +136,15 @@ class StubServer:
             await asyncio.sleep(self.options.ttft_ms / 1000)
         if chat:
             _chunk(writer, events.role())
+        if head_at is None:
+            head_at = time.perf_counter()
         if self.options.itl_ms:
-            await self._stepper().join(writer, events, n)
+            await self._stepper().join(writer, events, n, head_at, self.first_token_s)
         else:
             for i in range(n):
                 _chunk(writer, events.token(last=i == n - 1))
+                if i == 0:
+                    self.first_token_s.append(time.perf_counter() - head_at)
                 await writer.drain()
                 if i % 16 == 15:
                     await asyncio.sleep(0)  # let other streams interleave, as an engine's batch would
@@ -151,9 +170,12 @@ class _Stepper:
         self.active: dict[asyncio.StreamWriter, list] = {}
         self.task: asyncio.Task | None = None
 
-    async def join(self, writer: asyncio.StreamWriter, events: "_Events", n: int) -> None:
+    async def join(self, writer: asyncio.StreamWriter, events: "_Events", n: int,
+                   head_at: float, first_token_s: list[float]) -> None:
+        """Stream ``n`` tokens; the time from ``head_at`` to the first is appended to
+        ``first_token_s``."""
         done = asyncio.get_running_loop().create_future()
-        self.active[writer] = [events, n, 0, done]
+        self.active[writer] = [events, n, 0, done, head_at, first_token_s]
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run())
         await done
@@ -164,12 +186,14 @@ class _Stepper:
         next_step = loop.time()
         while self.active:
             for writer, state in list(self.active.items()):
-                events, n, i, done = state
+                events, n, i, done, head_at, first_token_s = state
                 if writer.is_closing():
                     del self.active[writer]
                     done.set_result(None)
                     continue
                 _chunk(writer, events.token(last=i == n - 1))
+                if i == 0:
+                    first_token_s.append(time.perf_counter() - head_at)
                 state[2] = i + 1
                 if i + 1 >= n:
                     del self.active[writer]

@@ -96,6 +96,25 @@ def test_chat_run_skips_role_and_finish_chunks(tok_dir, shape):
     assert r.to_json()["backend"] == "openai-chat"
 
 
+@pytest.mark.parametrize("itl_ms", [0.0, 5.0])   # the flood path and the stepper
+def test_the_stub_reports_its_own_first_token_time_the_client_ttft_includes(tok_dir, itl_ms):
+    """benchmarks/ttft_overhead.py's reference: the stub's time from a request's head to its first
+    token, per completion, which every client's TTFT must contain."""
+    import urllib.request
+
+    with RunningStub(StubOptions(ttft_ms=20.0, itl_ms=itl_ms)) as s:
+        r = run_benchmark(_cfg(s.url, tok_dir, num_prompts=4))
+        with urllib.request.urlopen(s.url + "/stats", timeout=5) as resp:
+            stats = json.loads(resp.read())
+        with urllib.request.urlopen(s.url + "/stats", timeout=5) as resp:
+            again = json.loads(resp.read())
+    assert stats["first_token_count"] == 4
+    assert stats["first_token_mean_ms"] >= 20.0 and stats["first_token_median_ms"] >= 20.0
+    assert min(o.ttft for o in r.outputs) * 1000 >= 20.0
+    assert r.metrics["mean_ttft_ms"] >= stats["first_token_mean_ms"]
+    assert again["first_token_count"] == 0 and again["first_token_mean_ms"] is None   # reset
+
+
 def test_transformers_serve_like_server_needs_omit_fields(tok_dir):
     opts = StubOptions(reject_fields=("ignore_eos", "repetition_penalty"), send_done=False)
     with RunningStub(opts) as s:
