@@ -197,14 +197,18 @@ def _cpu_busy() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
+def busy_cores(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """How many of the machine's cores were busy between two ``_cpu_busy()`` readings."""
+    return (after[0] - before[0]) / max(after[1] - before[1], 1) * (os.cpu_count() or 1)
+
+
 def wait_quiet(below_cores: float, max_wait_s: float = 900.0) -> float:
     """Block until the machine's other load drops below ``below_cores`` (a shared 2-core box)."""
     deadline = time.time() + max_wait_s
     while True:
-        b0, t0 = _cpu_busy()
+        before = _cpu_busy()
         time.sleep(2.0)
-        b1, t1 = _cpu_busy()
-        busy = (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
+        busy = busy_cores(before, _cpu_busy())
         if busy < below_cores or time.time() > deadline:
             return busy
 
@@ -310,15 +314,13 @@ def main() -> None:
             for _, fn in clients * a.repeat:
                 idle_busy = wait_quiet(a.quiet_below) if a.quiet_below is not None else None
                 t = time.time()
-                busy0, total0 = _cpu_busy()
+                before = _cpu_busy()
                 res = fn()
-                busy1, total1 = _cpu_busy()
                 res |= {"kind": kind, "server_itl_ms": itl, "output_len": out_len,
                         "concurrency": conc, "num_prompts": n, "wall_s": time.time() - t,
                         "busy_cores_before": idle_busy,
                         # whole machine, whole client process (vLLM's start-up included)
-                        "machine_busy_cores": (busy1 - busy0) / max(total1 - total0, 1)
-                        * (os.cpu_count() or 1)}
+                        "machine_busy_cores": busy_cores(before, _cpu_busy())}
                 if res.get("client_cpu_s"):
                     # The capacity of one core: chunks per second of the client's own CPU time.
                     res["chunks_per_cpu_s"] = res["chunks"] / res["client_cpu_s"]

@@ -38,7 +38,6 @@ from benchmarks.gpu_vllm_sweep import convert, read_json
 from benchmarks.vs_vllm_sweep import bootstrap_median_ci, bootstrap_ratio_ci
 
 WALL_TARGET = 0.40
-CLIENTS = ("vllm", "tune")      # `vllm bench serve` (the sweep's) and `tune bench` (tune's)
 
 
 def active(intervals: list[tuple[float, float]], t: float) -> float:
@@ -146,9 +145,9 @@ def drift_adjusted(launches: list[dict]) -> tuple[dict[str, float], float] | Non
     if gj.SWEEP not in labels or len(rows) < len(labels) + 2:
         return None
     x = np.array([[float(arm == label) for label in labels] + [k] for k, arm, _ in rows])
-    coef, *_ = np.linalg.lstsq(x, np.log([v for *_, v in rows]), rcond=None)
     if np.linalg.matrix_rank(x) < x.shape[1]:
         return None
+    coef, *_ = np.linalg.lstsq(x, np.log([v for *_, v in rows]), rcond=None)
     sweep = coef[labels.index(gj.SWEEP)]
     return ({label: math.exp(c - sweep) for label, c in zip(labels, coef[:-1])},
             math.expm1(coef[-1]))
@@ -157,13 +156,13 @@ def drift_adjusted(launches: list[dict]) -> tuple[dict[str, float], float] | Non
 def by_client(launches: list[dict], client: str) -> list[dict]:
     """The launches as one client measured them: ``value`` its objective (a one-client judge's
     rows carry `vllm bench serve`'s only); a launch it did not measure keeps its place, valueless."""
-    def value(r: dict) -> float | None:
-        if "by_client" in r:
-            return r["by_client"].get(client, {}).get("value")
-        return r.get("value") if client == "vllm" else None
-
-    return [{k: v for k, v in r.items() if k not in ("value", "by_client")}
-            | ({"value": value(r)} if value(r) is not None else {}) for r in launches]
+    out = []
+    for r in launches:
+        value = (r["by_client"].get(client, {}).get("value") if "by_client" in r
+                 else r.get("value") if client == "vllm" else None)
+        out.append({k: v for k, v in r.items() if k not in ("value", "by_client")}
+                   | ({"value": value} if value is not None else {}))
+    return out
 
 
 def judged(campaign: Path, name: str = "judge", client: str = "vllm") -> dict:
@@ -203,6 +202,11 @@ def arm_of(pick: dict | None, arm: str, judge: dict, configs: list[dict]) -> str
     return None
 
 
+def meets_quality(ci95: list[float] | None) -> bool | None:
+    """The quality target: the ratio's interval contains or exceeds 1 (None: not judged)."""
+    return None if not ci95 else ci95[1] >= 1.0
+
+
 def report(campaign: Path, studies: dict[str, Path]) -> dict:
     sweep = sweep_side(campaign)
     tools = [t for variant, archive in studies.items() for t in tune_side(campaign, archive, variant)]
@@ -215,10 +219,10 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
         t["ratio_drift_adjusted"] = j.get("ratio_drift_adjusted")
         whole = sweep["wall_whole_s"]
         t["wall_share_of_sweep"] = t["wall_s"] / whole if whole > 0 else None
-        t["meets_quality"] = None if not t["ratio_ci95"] else t["ratio_ci95"][1] >= 1.0
+        t["meets_quality"] = meets_quality(t["ratio_ci95"])
         t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
     # the second judge, each launch measured by both clients (gpu_judge.py --clients vllm,tune)
-    clients = ({c: judged(campaign, "judge-clients", c) for c in CLIENTS}
+    clients = ({c: judged(campaign, "judge-clients", c) for c in gj.CLIENTS}
                if (campaign / "judge-clients.json").exists() else {})
     for t in tools:
         t["by_client"] = {}
@@ -226,7 +230,7 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
             j = jc.get(arm_of(t["pick"], t["pick_arm"], jc, configs) or "", {})
             t["by_client"][c] = {"ratio_to_sweep": j.get("ratio_to_sweep"), "ratio_ci95": j.get("ratio_ci95"),
                                  "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
-                                 "meets_quality": None if not j.get("ratio_ci95") else j["ratio_ci95"][1] >= 1.0}
+                                 "meets_quality": meets_quality(j.get("ratio_ci95"))}
     return {"sweep": sweep, "tune": tools, "judge": judge, "judge_clients": clients,
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
             "fidelity_paced": read_json(campaign / "fidelity-h200-paced.json", None),
@@ -246,6 +250,15 @@ def sweep_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def ratio_cell(judged_pick: dict, missing: str) -> str:
+    """A judged ratio as the tables show it: the ratio, its interval, the drift-adjusted ratio."""
+    if not judged_pick.get("ratio_to_sweep"):
+        return missing
+    ci = "[{:.3f}, {:.3f}]".format(*judged_pick["ratio_ci95"]) if judged_pick.get("ratio_ci95") else "-"
+    adjusted = judged_pick.get("ratio_drift_adjusted")
+    return f"{judged_pick['ratio_to_sweep']:.3f} {ci}" + (f"; {adjusted:.3f}" if adjusted else "")
+
+
 def table(data: dict) -> str:
     s = data["sweep"]
     lines = ["| tool | wall-clock | launches | refused launched | recommends | its value | judged ratio to the sweep's pick [95 %]; drift-adjusted | targets |",
@@ -254,10 +267,7 @@ def table(data: dict) -> str:
              f"({s['wall_whole_s'] / 60:.1f} without the stays' restarts) | "
              f"{s['launches']} | {s['refused_launched']} | {s['pick']} | {s['pick_value'] or 0:,.0f} | 1 | |"]
     for t in data["tune"]:
-        ci = "[{:.3f}, {:.3f}]".format(*t["ratio_ci95"]) if t["ratio_ci95"] else "-"
-        ratio = f"{t['ratio_to_sweep']:.3f} {ci}" if t["ratio_to_sweep"] else "not judged yet"
-        if t.get("ratio_drift_adjusted"):
-            ratio += f"; {t['ratio_drift_adjusted']:.3f}"
+        ratio = ratio_cell(t, "not judged yet")
         share = f" ({100 * t['wall_share_of_sweep']:.0f} %)" if t["wall_share_of_sweep"] else ""
         targets = ", ".join(f"{k.split('_')[1]} {'met' if v else 'missed'}"
                             for k, v in (("meets_quality", t["meets_quality"]), ("meets_wall", t["meets_wall"]))
@@ -273,15 +283,10 @@ def clients_table(data: dict) -> str:
     if not data.get("judge_clients"):
         return ""
     lines = ["| tool | " + " | ".join(f"ratio by `{'vllm bench serve' if c == 'vllm' else 'tune bench'}` "
-                                       "[95 %]; drift-adjusted" for c in CLIENTS) + " |",
-             "|---|" + "---|" * len(CLIENTS)]
+                                       "[95 %]; drift-adjusted" for c in gj.CLIENTS) + " |",
+             "|---|" + "---|" * len(gj.CLIENTS)]
     for t in data["tune"]:
-        cells = []
-        for c in CLIENTS:
-            j = t["by_client"].get(c, {})
-            cells.append("-" if not j.get("ratio_to_sweep") else
-                         f"{j['ratio_to_sweep']:.3f} [{j['ratio_ci95'][0]:.3f}, {j['ratio_ci95'][1]:.3f}]"
-                         + (f"; {j['ratio_drift_adjusted']:.3f}" if j.get("ratio_drift_adjusted") else ""))
+        cells = [ratio_cell(t["by_client"].get(c, {}), "-") for c in gj.CLIENTS]
         lines.append(f"| {t['tool']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -46,6 +46,7 @@ from tuner.record import schema
 ROUNDS = 2
 SWEEP = "sweep"
 DEFAULTS = "defaults"
+CLIENTS = ("vllm", "tune")   # `vllm bench serve` (the sweep's client) and `tune bench` (tune's)
 
 
 def names_a_config(arm: str) -> bool:
@@ -149,9 +150,8 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
     """One judged launch: ready time, ``warmups`` unmeasured runs of the workload by the first
     client (a launch's first burst of an online-FP8 config measured 2-5 % below its later ones
     in the sweep), each client's benchmark in the given order (schedule the orders so each arm
-    gets both), teardown time. ``value``
-    is `vllm bench serve`'s objective where it ran (as in the one-client judge), ``by_client``
-    every client's."""
+    gets both), teardown time. ``value`` is `vllm bench serve`'s objective where it ran (as in
+    the one-client judge), ``by_client`` every client's."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
     port = plan["port"]
     env = {**os.environ, **plan["env"]}
@@ -179,8 +179,7 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
                     "bench_s": round(time.time() - t, 2), "value": doc[plan["objective"]],
                     **{k: doc.get(k) for k in (plan["objective"], "mean_ttft_ms", "mean_tpot_ms",
                                                "completed", "duration")}}
-            first = row["by_client"][sorted(clients, key=("vllm", "tune").index)[0]]
-            row.update(first)
+            row.update(row["by_client"]["vllm" if "vllm" in clients else clients[0]])
         except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
             row["error"] = str(exc)
         finally:
@@ -242,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-defaults", action="store_true", help="leave the defaults arm out")
     args = ap.parse_args(argv)
     clients = tuple(args.clients.split(","))
-    if not clients or len(set(clients)) != len(clients) or not set(clients) <= {"vllm", "tune"}:
+    if len(set(clients)) != len(clients) or not set(clients) <= set(CLIENTS):
         ap.error(f"--clients {args.clients!r}: name vllm, tune or both, each once")
     if args.cmd == "arms":
         print(json.dumps(arms(args.state, not args.no_defaults), indent=1))

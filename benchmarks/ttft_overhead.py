@@ -46,7 +46,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.capacity import (REPO, _cpu_busy, _default_vllm, _taskset, _tokenizer, _versions,
-                                 start_stub, stop, wait_quiet)
+                                 busy_cores, start_stub, stop, wait_quiet)
 
 
 def stub_stats(port: int) -> dict:
@@ -107,16 +107,16 @@ def one_run(fn, port: int, rate: float, quiet_below: float | None) -> dict:
     stub_stats(port)  # start the window now: nothing but this run is in it
     load = os.getloadavg()[0]
     t = time.time()
-    busy0, total0 = _cpu_busy()
+    before = _cpu_busy()
     res = fn()
-    busy1, total1 = _cpu_busy()
+    busy = busy_cores(before, _cpu_busy())
     wall = time.time() - t
     st = stub_stats(port)
     res |= {"request_rate": rate, "wall_s": wall, "loadavg_1m_before": load,
             "busy_cores_before": idle_busy,
             # the whole machine during the run: the client (~1 core at start-up) and the stub;
             # more means something else competed for the two cores
-            "machine_busy_cores": (busy1 - busy0) / max(total1 - total0, 1) * (os.cpu_count() or 1),
+            "machine_busy_cores": busy,
             "stub_first_token_count": st["first_token_count"],
             "stub_first_token_mean_ms": st["first_token_mean_ms"],
             "stub_first_token_median_ms": st["first_token_median_ms"],
