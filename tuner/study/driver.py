@@ -15,6 +15,7 @@ told to Optuna the same way, and cost no budget.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from tuner.errors import HarnessError, InputError
 from tuner.record import schema
 from tuner.runtime import interrupts
 from tuner.study.executors import Executor, Finished, Hooks, make_executor
+from tuner.study.heartbeat import Heartbeat
 from tuner.study.lifecycle import StudyHandle, finished_count
 from tuner.study.recorder import TrialRecorder
 from tuner.study.recovery import recover, sigterm_as_interrupt, single_writer
@@ -90,6 +92,7 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
     state = _State()
     in_flight: dict[Any, tuple[optuna.Trial, TrialTask]] = {}
     with single_writer(handle.url), sigterm_as_interrupt():
+        beats = Heartbeat(study._storage, lambda: [t._trial_id for t in state.asked.copy().values()])
         try:
             while True:
                 if not in_flight:
@@ -145,13 +148,17 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
             raise
         finally:
             executor.close()
+            beats.close()
 
 
 def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder, reporter: Reporter,
                state: _State, in_flight: dict, total: int) -> None:
     """Ask for one trial; answer it without a launch if its config is known, else submit it."""
     study = handle.study
-    trial = study.ask()
+    with warnings.catch_warnings():
+        # Optuna warns that its heartbeat belongs to Study.optimize: tuner.study.heartbeat keeps it.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        trial = study.ask()
     state.asked[trial.number] = trial
     task = prepare(handle, trial, recorder)
     reporter.trial_started(task.number, finished_count(study) + len(in_flight) + 1, total, task.label)
@@ -195,7 +202,13 @@ def _release_held(study: optuna.Study, executor: Executor, recorder: TrialRecord
 def _finish(study: optuna.Study, recorder: TrialRecorder, trial: optuna.Trial,
             ended: Finished) -> FrozenTrial:
     """Record what the trial returned and tell Optuna: COMPLETE with the value(s), PRUNED when the
-    screen stopped it, FAIL when the tuner itself failed (retried once by ``recover``)."""
+    screen stopped it, FAIL when the tuner itself failed (retried once by ``recover``).
+
+    A trial another worker's ``recover`` failed meanwhile (its heartbeat went stale, say after this
+    host was suspended) stays as it is: a finished trial cannot be updated, and it is re-queued."""
+    stored = study._storage.get_trial(trial._trial_id)
+    if stored.state.is_finished():
+        return stored
     if ended.placement:
         trial.set_user_attr(schema.PLACEMENT, ended.placement)
     if ended.error is not None:

@@ -19,20 +19,22 @@ from tuner.record import schema
 from tuner.record.storage import sqlite_path
 from tuner.runtime import marker, orphans
 from tuner.runtime.procgroup import kill_group
+from tuner.study import heartbeat
 from tuner.study.lifecycle import StudyHandle
 
 
 def _owner_alive(t: FrozenTrial, *, exclusive: bool) -> bool:
     """Is the worker that owns this RUNNING trial still alive? Other hosts are assumed alive
     (the storage heartbeat, where there is one, fails their stale trials), and so is a trial just
-    asked for whose worker has not stamped it yet — unless this process holds the study alone
-    (SQLite), in which case nobody else can be running it."""
+    asked for whose worker has not finished stamping it (its attributes land one at a time) —
+    unless this process holds the study alone (SQLite), in which case nobody else can be
+    running it."""
     if t.user_attrs.get(schema.WORKER_HOST) not in (None, platform.node()):
         return True
     pid, started = t.user_attrs.get(schema.WORKER_PID), t.user_attrs.get(schema.WORKER_STARTED)
-    if pid is None:
+    if pid is None or started is None:
         return not exclusive
-    return started is not None and orphans.same_process(pid, started)
+    return orphans.same_process(pid, started)
 
 
 def recover(handle: StudyHandle) -> list[str]:
@@ -40,11 +42,14 @@ def recover(handle: StudyHandle) -> list[str]:
 
     RUNNING trials whose worker is gone are failed, after every process that still carries their
     engine's marker is killed (on this host: the registry-based reap misses children that left a
-    dead leader's group, and a launch killed before it was registered); every FAIL trial that is
-    not itself a retry is re-queued once.
+    dead leader's group, and a launch killed before it was registered); so are the trials of a
+    server database whose heartbeat went stale (their worker died on any host); every FAIL trial
+    that is not itself a retry is re-queued once.
     """
     notes = []
     study = handle.study
+    notes.extend(f"trial {n} stopped sending heartbeats (its worker died): marked FAIL"
+                 for n in heartbeat.fail_stale(study))
     exclusive = sqlite_path(handle.url) is not None  # run() holds the single-writer lock
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if _owner_alive(t, exclusive=exclusive):

@@ -295,3 +295,28 @@ def test_ctrl_c_while_a_finished_trial_is_recorded_leaves_it_interrupted_not_run
     (trial,) = [t for t in trials if t.state == TrialState.FAIL]  # the launched one
     assert trial.user_attrs[schema.INTERRUPTED]
     assert notes.notes[-1] == f"trial {trial.number} marked interrupted"
+
+
+def test_a_trial_another_worker_failed_meanwhile_does_not_stop_this_one(studies):
+    """Another worker's recovery may fail a trial while it runs here (its heartbeat went stale, say
+    after this host was suspended): recording it must not crash the worker, and it is re-queued."""
+
+    class FailedElsewhere(TableExecutor):
+        failed: int | None = None
+
+        def submit(self, task, hooks):
+            if self.failed is None:  # the first launch: the other worker fails it now
+                self.failed = task.number
+                trial_id = handle.study._storage.get_trial_id_from_study_id_trial_number(
+                    handle.study._study_id, task.number)
+                handle.study._storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            return super().submit(task, hooks)
+
+    handle = study_mod.create(_space(), "elsewhere", default_url("elsewhere"))
+    fake = FailedElsewhere()
+    study_mod.run(handle, executor=fake, reporter=Notes())
+    trials = handle.study.trials
+    failed = trials[fake.failed]
+    assert failed.state == TrialState.FAIL and schema.HARNESS_ERROR not in failed.user_attrs
+    assert [t.user_attrs.get(schema.RETRY_OF) for t in trials].count(fake.failed) == 1
+    assert TrialState.RUNNING not in {t.state for t in trials}
