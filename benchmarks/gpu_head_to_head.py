@@ -81,19 +81,25 @@ def sweep_side(campaign: Path) -> dict:
             "results": results, "timeline": timeline}
 
 
-def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
-    """One row per budget the campaign has finished for this variant."""
+def finished_trials(archive: Path) -> list:
+    """The finished trials of a `tune export`, read from a scratch copy."""
     import optuna
 
-    from tuner.record import schema
     from tuner.record.transfer import import_study
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)   # the import's storage is a scratch copy
-    record = json.loads((campaign / "steps.json").read_text())
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
         name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
-        trials = [t for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
-                  if t.datetime_complete is not None]
+        return [t for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+                if t.datetime_complete is not None]
+
+
+def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
+    """One row per budget the campaign has finished for this variant."""
+    from tuner.record import schema
+
+    record = json.loads((campaign / "steps.json").read_text())
+    trials = finished_trials(archive)
     rows, steps_so_far = [], []
     for budget in gc.BUDGETS:
         steps = [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
@@ -207,10 +213,71 @@ def meets_quality(ci95: list[float] | None) -> bool | None:
     return None if not ci95 else ci95[1] >= 1.0
 
 
+def _spread(values: list[float]) -> dict | None:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)} if values else None
+
+
+def first_runs(grid: dict) -> dict:
+    """How the sweep's first run in a launch compares with that launch's runs 2 and 3, by
+    quantization: the deficit 1 - run 1 / mean(runs 2, 3) and each run's mean TTFT. The judge
+    measures only first runs, and tune's client one run per launch."""
+    out: dict[str, dict] = {}
+    for p in grid["points"]:
+        for launch in (x for x in p["launches"] if x["ok"]):
+            runs = {r["run"]: r for r in launch["full"]}
+            if not {0, 1, 2} <= runs.keys():
+                continue
+            rest = [runs[1], runs[2]]
+            side = out.setdefault(p["params"]["quantization"], {"deficit": [], "ttft_first_ms": [], "ttft_rest_ms": []})
+            side["deficit"].append(1 - runs[0]["value"] / statistics.fmean(r["value"] for r in rest))
+            side["ttft_first_ms"].append(runs[0]["metrics"]["mean_ttft_ms"])
+            side["ttft_rest_ms"].extend(r["metrics"]["mean_ttft_ms"] for r in rest)
+    return {q: {k: _spread(v) for k, v in side.items()} for q, side in out.items()}
+
+
+def near_ties(campaign: Path, studies: dict[str, Path]) -> list[dict]:
+    """The judged configs as each tool measured them, each with its mean TTFT: tune's client, one
+    run per launch (every launch of the exported studies); the sweep, runs 1, 2, 3 of a launch;
+    the judge, one run per launch. The picks are within 2 % of each other, and which is fastest
+    turns on how a launch is measured."""
+    from tuner.record import schema
+
+    doc = json.loads((campaign / "judge.json").read_text())
+    machine = judging_machine(doc["launches"])
+    configs = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]
+    grid = convert(campaign / "vllm-sweep")
+    trials = [t for archive in studies.values() for t in finished_trials(archive)
+              if schema.launched(t) and t.values is not None and schema.is_feasible(t)]
+    rows = []
+    for label, config in doc["arms"].items():
+        if config is None:
+            continue
+        knobs = next(c["knobs"] for c in configs if c["sweep"] == config)
+        mine = [t for t in trials if all(t.params.get(k) == v for k, v in knobs.items())]
+        launches = [[r for r in sorted(launch["full"], key=lambda r: r["run"])]
+                    for p in grid["points"] if p["sweep"] == config
+                    for launch in p["launches"] if launch["ok"]]
+        judge = [r for r in doc["launches"] if r["arm"] == label and r.get("machine") == machine
+                 and "value" in r]
+        rows.append({"arm": label, "config": config, "params": knobs,
+                     "tune": {"values": [t.value for t in mine],
+                              "median": statistics.median(t.value for t in mine) if mine else None,
+                              "ttft_ms": _spread([t.user_attrs["mean_ttft_ms"] for t in mine])},
+                     "sweep": {"runs": [[r["value"] for r in runs] for runs in launches],
+                               "ttft_ms": [[r["metrics"]["mean_ttft_ms"] for r in runs] for runs in launches],
+                               "warm_mean": statistics.fmean(r["value"] for runs in launches for r in runs[1:])
+                               if any(len(runs) > 1 for runs in launches) else None},
+                     "judge": {"values": [r["value"] for r in judge],
+                               "ttft_ms": _spread([r["mean_ttft_ms"] for r in judge])}})
+    return rows
+
+
 def report(campaign: Path, studies: dict[str, Path]) -> dict:
     sweep = sweep_side(campaign)
     tools = [t for variant, archive in studies.items() for t in tune_side(campaign, archive, variant)]
-    judge = judged(campaign) if (campaign / "judge.json").exists() else {}
+    has_judge = (campaign / "judge.json").exists()
+    judge = judged(campaign) if has_judge else {}
     configs = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]
     for t in tools:
         t["judge_arm"] = arm_of(t["pick"], t["pick_arm"], judge, configs) if judge else None
@@ -232,6 +299,8 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
                                  "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
                                  "meets_quality": meets_quality(j.get("ratio_ci95"))}
     return {"sweep": sweep, "tune": tools, "judge": judge, "judge_clients": clients,
+            "near_ties": near_ties(campaign, studies) if has_judge else [],
+            "first_runs": first_runs(convert(campaign / "vllm-sweep")),
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
             "fidelity_paced": read_json(campaign / "fidelity-h200-paced.json", None),
             "campaign": json.loads((campaign / "steps.json").read_text())}
@@ -291,6 +360,35 @@ def clients_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def near_ties_table(data: dict) -> str:
+    """The judged configs as each tool measured them, and the sweep's first runs against its
+    runs 2 and 3 by quantization."""
+    if not data.get("near_ties"):
+        return ""
+
+    def values(vs: list[float]) -> str:
+        return ", ".join(f"{v:,.0f}" for v in vs)
+
+    def ttft(spread: dict | None) -> str:
+        return f"{spread['min']:,.0f}-{spread['max']:,.0f}" if spread else "-"
+
+    lines = ["| config | tune's client, a run per launch: median | its TTFT (ms) | sweep: runs 1 / 2 / 3 of a launch "
+             "| runs 2-3 mean | judge: a run per launch | its TTFT (ms) |", "|---|---|---|---|---|---|---|"]
+    for r in data["near_ties"]:
+        c, t, sw, j = r["params"], r["tune"], r["sweep"], r["judge"]
+        name = f"{c['quantization']} / KV {c['kv_cache_dtype']} / {c['max_num_seqs']} / {c['max_num_tokens']} ({r['arm']})"
+        lines.append(f"| {name} | {values(t['values'])}: {t['median'] or 0:,.0f} | {ttft(t['ttft_ms'])} | "
+                     f"{'; '.join(' / '.join(f'{v:,.0f}' for v in runs) for runs in sw['runs'])} | "
+                     f"{sw['warm_mean'] or 0:,.0f} | {values(j['values'])} | {ttft(j['ttft_ms'])} |")
+    lines += ["", "| quantization | launches | run 1 below runs 2-3: median [min, max] | TTFT run 1 (ms) | TTFT runs 2-3 (ms) |",
+              "|---|---|---|---|---|"]
+    for q, f in data["first_runs"].items():
+        d = f["deficit"]
+        lines.append(f"| {q} | {d['n']} | {100 * d['median']:.1f} % [{100 * d['min']:.1f}, {100 * d['max']:.1f}] | "
+                     f"{ttft(f['ttft_first_ms'])} | {ttft(f['ttft_rest_ms'])} |")
+    return "\n".join(lines)
+
+
 def plot(data: dict, png: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -336,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(data))
     if data["judge_clients"]:
         print("\n" + clients_table(data))
+    if data["near_ties"]:
+        print("\n" + near_ties_table(data))
     if args.plot:
         plot(data, args.plot)
     return 0
