@@ -320,3 +320,36 @@ def test_a_trial_another_worker_failed_meanwhile_does_not_stop_this_one(studies)
     assert failed.state == TrialState.FAIL and schema.HARNESS_ERROR not in failed.user_attrs
     assert [t.user_attrs.get(schema.RETRY_OF) for t in trials].count(fake.failed) == 1
     assert TrialState.RUNNING not in {t.state for t in trials}
+
+
+def test_a_server_database_gets_each_running_trials_heartbeat(studies):
+    """Optuna stamps heartbeats only inside Study.optimize; the driver stamps every trial it holds,
+    so another worker can tell a dead worker's trial from a slow one (tuner.study.heartbeat)."""
+    import sqlite3
+    import threading
+
+    from tuner.record.storage import sqlite_path
+    from tuner.study.lifecycle import StudyHandle
+
+    made = study_mod.create(_space(budget={"n_trials": 2}), "beats", default_url("beats"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(made.url, heartbeat_interval=1, grace_period=5)
+    handle = StudyHandle(optuna.load_study(study_name="beats", storage=storage), made.space, made.url)
+
+    class Watched(TableExecutor):
+        stamped: list[bool] = []
+
+        def wait(self):
+            number = self._pending[0].number
+            time.sleep(1.5)                       # the trial is out: its stamp is there
+            with sqlite3.connect(sqlite_path(made.url)) as db:
+                ids = {row[0] for row in db.execute("SELECT trial_id FROM trial_heartbeats")}
+            self.stamped.append(storage.get_trial_id_from_study_id_trial_number(
+                handle.study._study_id, number) in ids)
+            return super().wait()
+
+    fake = Watched()
+    study_mod.run(handle, executor=fake, reporter=Notes())
+    assert fake.stamped and all(fake.stamped)
+    assert "tuner-heartbeat" not in {t.name for t in threading.enumerate()}   # closed with the study

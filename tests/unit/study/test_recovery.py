@@ -44,7 +44,7 @@ def test_a_trial_whose_heartbeat_went_stale_is_failed_and_requeued(tmp_path):
     trial = study.ask()
     trial.set_user_attr(schema.WORKER_HOST, "another-host")
     handle = StudyHandle(study, None, SERVER_URL)
-    beats = Heartbeat(storage, lambda: [trial._trial_id])
+    beats = Heartbeat(study._storage, lambda: [trial._trial_id])   # as the driver passes it
     try:
         time.sleep(3.5)  # past the grace period: only the heartbeat keeps it fresh
         assert recover(handle) == []
