@@ -45,8 +45,8 @@ def active(intervals: list[tuple[float, float]], t: float) -> float:
     return sum(max(0.0, min(end, t) - start) for start, end in intervals)
 
 
-def sweep_side(campaign: Path) -> dict:
-    grid = convert(campaign / "vllm-sweep")
+def sweep_side(campaign: Path, grid: dict) -> dict:
+    """The sweep's row, from ``grid`` (its state as convert reads it)."""
     intervals = [(i["start"], i["end"]) for i in grid["meta"]["invocations"]]
     results, timeline, top, ends = [], [], None, []
     for p in grid["points"]:   # a config stopped at the end of a stay and relaunched: all its runs
@@ -94,12 +94,12 @@ def finished_trials(archive: Path) -> list:
                 if t.datetime_complete is not None]
 
 
-def tune_side(campaign: Path, archive: Path, variant: str) -> list[dict]:
-    """One row per budget the campaign has finished for this variant."""
+def tune_side(campaign: Path, trials: list, variant: str) -> list[dict]:
+    """One row per budget the campaign has finished for this variant (``trials``: its study's
+    finished trials)."""
     from tuner.record import schema
 
     record = json.loads((campaign / "steps.json").read_text())
-    trials = finished_trials(archive)
     rows, steps_so_far = [], []
     for budget in gc.BUDGETS:
         steps = [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
@@ -236,18 +236,17 @@ def first_runs(grid: dict) -> dict:
     return {q: {k: _spread(v) for k, v in side.items()} for q, side in out.items()}
 
 
-def near_ties(campaign: Path, studies: dict[str, Path]) -> list[dict]:
+def near_ties(campaign: Path, grid: dict, studies_trials: list) -> list[dict]:
     """The judged configs as each tool measured them, each with its mean TTFT: tune's client, one
-    run per launch (every launch of the exported studies); the sweep, runs 1, 2, 3 of a launch;
-    the judge, one run per launch. The picks are within 2 % of each other, and which is fastest
-    turns on how a launch is measured."""
+    run per launch (every launch of the exported studies, ``studies_trials``); the sweep (``grid``,
+    as convert reads it), runs 1, 2, 3 of a launch; the judge, one run per launch. The picks are
+    within 2 % of each other, and which is fastest turns on how a launch is measured."""
     from tuner.record import schema
 
     doc = json.loads((campaign / "judge.json").read_text())
     machine = judging_machine(doc["launches"])
     configs = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]
-    grid = convert(campaign / "vllm-sweep")
-    trials = [t for archive in studies.values() for t in finished_trials(archive)
+    trials = [t for t in studies_trials
               if schema.launched(t) and t.values is not None and schema.is_feasible(t)]
     rows = []
     for label, config in doc["arms"].items():
@@ -255,7 +254,7 @@ def near_ties(campaign: Path, studies: dict[str, Path]) -> list[dict]:
             continue
         knobs = next(c["knobs"] for c in configs if c["sweep"] == config)
         mine = [t for t in trials if all(t.params.get(k) == v for k, v in knobs.items())]
-        launches = [[r for r in sorted(launch["full"], key=lambda r: r["run"])]
+        launches = [sorted(launch["full"], key=lambda r: r["run"])
                     for p in grid["points"] if p["sweep"] == config
                     for launch in p["launches"] if launch["ok"]]
         judge = [r for r in doc["launches"] if r["arm"] == label and r.get("machine") == machine
@@ -274,8 +273,10 @@ def near_ties(campaign: Path, studies: dict[str, Path]) -> list[dict]:
 
 
 def report(campaign: Path, studies: dict[str, Path]) -> dict:
-    sweep = sweep_side(campaign)
-    tools = [t for variant, archive in studies.items() for t in tune_side(campaign, archive, variant)]
+    grid = convert(campaign / "vllm-sweep")
+    sweep = sweep_side(campaign, grid)
+    trials = {variant: finished_trials(archive) for variant, archive in studies.items()}   # one import each
+    tools = [t for variant, mine in trials.items() for t in tune_side(campaign, mine, variant)]
     has_judge = (campaign / "judge.json").exists()
     judge = judged(campaign) if has_judge else {}
     configs = json.loads((campaign / "vllm-sweep" / "plan.json").read_text())["configs"]
@@ -299,8 +300,8 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
                                  "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
                                  "meets_quality": meets_quality(j.get("ratio_ci95"))}
     return {"sweep": sweep, "tune": tools, "judge": judge, "judge_clients": clients,
-            "near_ties": near_ties(campaign, studies) if has_judge else [],
-            "first_runs": first_runs(convert(campaign / "vllm-sweep")),
+            "near_ties": near_ties(campaign, grid, [t for mine in trials.values() for t in mine]) if has_judge else [],
+            "first_runs": first_runs(grid),
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
             "fidelity_paced": read_json(campaign / "fidelity-h200-paced.json", None),
             "campaign": json.loads((campaign / "steps.json").read_text())}

@@ -27,7 +27,7 @@ def campaign(tmp_path):
 
 
 def test_the_sweeps_side_is_its_own_wall_clock_launches_and_pick(campaign):
-    sweep = hh.sweep_side(campaign)
+    sweep = hh.sweep_side(campaign, hh.convert(campaign / "vllm-sweep"))
     grid = json.loads((REPO / "benchmarks" / "data" / "grid-vllm-h200.json").read_text())
     assert sweep["wall_s"] == grid["meta"]["peer_wall_s"]
     # Across stays: launches stopped before their first run, and each resumed sweep's start-up
@@ -68,7 +68,7 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     fp8 = plan["configs"][-1]                                     # the grid's last config
     (campaign / "picks" / "prior-25.json").write_text(json.dumps(
         {"arm": "model-pick", "params": fp8["knobs"], "median": 9000.0, "n": 2}))   # as on the H200
-    sweep_pick = hh.sweep_side(campaign)["pick"]
+    sweep_pick = hh.sweep_side(campaign, hh.convert(campaign / "vllm-sweep"))["pick"]
     (campaign / "judge.json").write_text(json.dumps({
         "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
         "launches": [{"round": 0, "arm": "sweep", "value": 5000.0, "machine": "a", "ended": 2.0}] + [
@@ -135,10 +135,10 @@ def test_the_near_ties_and_first_runs_are_read_from_the_committed_runs(campaign)
     """The table behind the verdict's caveat: each judged config as tune's client, the sweep's
     runs 1-3 and the judge measured it, from the committed H200 state and studies."""
     studies = {v: REPO / "benchmarks" / "data" / "h200-h2h" / f"h2h-{v}.tar.gz" for v in ("prior", "noprior")}
-    rows = {r["arm"]: r for r in hh.near_ties(campaign, studies)}
+    trials = [t for archive in studies.values() for t in hh.finished_trials(archive)]
+    rows = {r["arm"]: r for r in hh.near_ties(campaign, hh.convert(campaign / "vllm-sweep"), trials)}
     judge = json.loads((campaign / "judge.json").read_text())
     assert set(rows) == {a for a, c in judge["arms"].items() if c is not None}
-    trials = [t for archive in studies.values() for t in hh.finished_trials(archive)]
     for arm, row in rows.items():
         folder = "SERVE--" + "-".join(f"{k}={v}" for k, v in row["config"].items())   # quantization first
         runs = sorted((campaign / "vllm-sweep" / "out" / "grid" / folder).glob("run=*.json"))
