@@ -70,7 +70,13 @@ start)
   done
   mkdir -p "$CAMP"
   [ -f "$CARRIED/h200-vllm-grid-prior.json" ] && cp "$CARRIED/h200-vllm-grid-prior.json" "$CAMP/"
-  python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
+  # The sweep's plan names vLLM's installed folder; a stay without vLLM's kit staged (sglang-grid's)
+  # keeps the carried plan, and the steps that launch vLLM fail at their own preflight.
+  if [ -f "$TUNER_CACHE/engines/vllm-0.25.1/.tuner-engine.json" ]; then
+    python3 -m benchmarks.gpu_vllm_sweep plan --state "$CAMP/vllm-sweep" || exit 1
+  else
+    stamp "vLLM 0.25.1 not installed: the sweep's plan is kept as carried"
+  fi
   prior=(); [ -f "$CAMP/h200-vllm-grid-prior.json" ] && prior=(--prior-file "$CAMP/h200-vllm-grid-prior.json")
   only=("${@:2}"); [ ${#only[@]} -gt 0 ] && only=(--only "${only[@]}")
   setsid python3 -m benchmarks.gpu_campaign run --state "$CAMP" "${prior[@]}" "${only[@]}" \

@@ -51,17 +51,18 @@ def _stopped_sweep(folder):
     return camp
 
 
-def _host(tmp_path):
+def _host(tmp_path, vllm: bool = True):
     """A checkout of this repository as a device call gets it, an empty .gpu-state for the call to
-    carry, the kit installed (the sweep's stand-in) and the environment gpu_campaign.sh reads:
-    (checkout, .gpu-state, the state folder, $OUT, env)."""
+    carry, vLLM's kit installed (the sweep's stand-in) unless ``vllm`` is false, and the environment
+    gpu_campaign.sh reads: (checkout, .gpu-state, the state folder, $OUT, env)."""
     checkout, state, out = tmp_path / "checkout", tmp_path / "gpu-study", tmp_path / "out"
     checkout.mkdir()
     for name in ("benchmarks", "tuner", "search_spaces", "engines"):
         (checkout / name).symlink_to(REPO / name)
     carried = checkout / ".gpu-state"
     carried.mkdir()
-    install_stand_in(state / "cache")
+    if vllm:
+        install_stand_in(state / "cache")
     bin_dir, site = tmp_path / "bin", tmp_path / "site"
     bin_dir.mkdir()
     site.mkdir()
@@ -147,3 +148,27 @@ def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
     assert json.loads((camp / "judge.json").read_text()) == json.loads(
         (tmp_path / "before" / "campaign" / "judge.json").read_text())
     assert (out / "h2h-prior.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # for the stay after
+
+
+def test_a_stay_without_vllms_kit_keeps_the_sweeps_plan_and_runs_the_sglang_grid(tmp_path):
+    """The SGLang grid's stay stages SGLang's kit alone (the call's 64 MiB and the stay's 30 minutes
+    have no room for vLLM's too): start must not need vLLM's folder for the sweep's plan, which
+    names it, and keeps the carried plan as it was."""
+    checkout, carried, state, out, env = _host(tmp_path, vllm=False)
+    shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
+    with tarfile.open(carried / "campaign.tar.gz") as tar:
+        plan = json.loads(tar.extractfile("campaign/vllm-sweep/plan.json").read())
+
+    started = _phase(checkout, env, "start", "sglang-grid")
+    assert "vLLM 0.25.1 not installed: the sweep's plan is kept as carried" in started
+    assert "campaign started" in started
+    assert "the campaign has exited" in _phase(checkout, env, "poll", "120")
+    _phase(checkout, env, "finish")
+
+    with tarfile.open(out / "campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    camp = tmp_path / "back" / "campaign"
+    assert json.loads((camp / "vllm-sweep" / "plan.json").read_text()) == plan
+    record = json.loads((camp / "steps.json").read_text())
+    assert record["sglang-grid"]["runs"] and not record["sglang-grid"]["done"]   # no SGLang, no GPU here
+    assert "judge-clients" not in record                                           # not asked for
