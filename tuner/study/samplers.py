@@ -32,14 +32,18 @@ from tuner.study.prior import Prediction, PriorSampler
 
 @dataclass(frozen=True)
 class SamplerSpec:
-    """What a sampler factory may use: the space's seed and budget, the engines' documented defaults
-    (greedy starts there), the finite grid of every param (None when a param is continuous)."""
+    """What a sampler factory may use: this process's seed and the space's budget, the engines'
+    documented defaults (greedy starts there), the finite grid of every param (None when a param is
+    continuous), and the space's own seed (``study_seed``), the same in every process of a study
+    where ``seed`` is a worker's own: what numbers the grid's points must not differ between the
+    workers and the stays that share the study."""
 
     seed: int | None
     defaults: dict[str, Any]
     grid: dict[str, list] | None
     multi_objective: bool
     n_trials: int | None
+    study_seed: int | None = None
 
 
 SAMPLERS: Registry[Callable[[SamplerSpec], optuna.samplers.BaseSampler]] = Registry("sampler")
@@ -95,7 +99,14 @@ def _grid(s: SamplerSpec) -> optuna.samplers.BaseSampler:
     if not s.grid:
         raise InputError("sampler 'grid' needs every param to have a finite grid "
                          "(categorical/bool params, or int params with step)")
-    return _GridSampler(s.grid, seed=s.seed)
+    # Optuna numbers the points by its seeded shuffle and finds the unvisited ones by number: a
+    # worker's own seed would renumber them, re-propose measured points and skip unmeasured ones
+    # (seen on a grid study resumed on another H200 host). The order is the study's; only the
+    # choice among the unvisited points is the worker's own.
+    sampler = _GridSampler(s.grid, seed=s.study_seed)
+    if s.seed != s.study_seed:
+        sampler.reseed_rng()
+    return sampler
 
 
 @SAMPLERS.register("greedy")
@@ -260,7 +271,7 @@ def sampler_for(space: Space, *, worker_seed: bool = False,
     if worker_seed and seed is not None:
         seed += psutil.Process().pid
     base = make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
-                                                   space.budget.n_trials))
+                                                   space.budget.n_trials, study_seed=space.seed))
     if not predictions:
         return base
     return PriorSampler(base, predictions, maximize=space.objective.direction == "maximize",

@@ -205,3 +205,39 @@ def test_resume_retries_an_interrupted_repeat_as_that_repeat():
     assert retry.user_attrs[schema.RETRY_OF] == 1 and retry.user_attrs[schema.REPEAT_OF] == 0
     assert results.confirm_pending(study) == {0}
     assert recover(StudyHandle(study, None, "sqlite:///:memory:")) == []   # once
+
+
+GRID = {"quantization": ["fp8", "none"], "kv_cache_dtype": ["auto", "fp8"], "max_num_seqs": [256, 1024]}
+
+
+def test_a_grid_study_resumed_by_another_worker_measures_each_point_once():
+    """The grid's points are numbered by its seeded shuffle, and the unvisited ones found by number:
+    a resuming worker with its own seed (the space's + its pid) renumbered them, proposed points
+    already measured again and took unmeasured ones for visited (the SGLang grid resumed on another
+    H200 host, 2026-12-04: 14 of 24 trials repeated a measured config)."""
+    spec = lambda seed: SamplerSpec(seed=seed, defaults={}, grid=GRID, multi_objective=False,
+                                    n_trials=None, study_seed=0)
+    first = make_sampler("grid", spec(0))
+    study = optuna.create_study(direction="maximize", sampler=first)
+    seen = []
+    for _ in range(3):                                    # the first stay
+        trial = study.ask()
+        seen.append(tuple(trial.suggest_categorical(k, v) for k, v in GRID.items()))
+        study.tell(trial, 1.0)
+    resumed = make_sampler("grid", spec(4242))            # another process: its own seed
+    study.sampler = resumed
+    while not resumed.done(study):
+        trial = study.ask()
+        seen.append(tuple(trial.suggest_categorical(k, v) for k, v in GRID.items()))
+        study.tell(trial, 1.0)
+    assert len(seen) == 8 and len(set(seen)) == 8
+
+
+def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order(tmp_path):
+    """sampler_for gives every process of a grid study the space's seed for the order."""
+    from tuner.space.load import load_space
+    from tuner.study.samplers import sampler_for
+
+    space = load_space("h200-sglang-grid")
+    own, worker = sampler_for(space), sampler_for(space, worker_seed=True)
+    assert own._all_grids == worker._all_grids
