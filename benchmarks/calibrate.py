@@ -91,8 +91,21 @@ def with_predictions(rows: list[dict], space, estimator, hardware) -> list[dict]
     return rows
 
 
+def fp8_step(rows: list[dict]) -> dict | None:
+    """Online FP8's step over BF16 weights, measured and predicted: the geometric mean of the FP8
+    configs over that of the BF16 ones. The gain the search is after is this step, so a model can
+    have the right order within each half and still misjudge how much FP8 buys."""
+    halves = {q: [r for r in rows if r["knobs"].get("quantization") == q] for q in ("fp8", "none")}
+    if not all(halves.values()):
+        return None
+    gm = lambda key, q: math.exp(statistics.fmean(math.log(r[key]) for r in halves[q]))
+    return {"n_fp8": len(halves["fp8"]), "n_bf16": len(halves["none"]),
+            **{key: gm(key, "fp8") / gm(key, "none") for key in ("measured", "predicted")}}
+
+
 def gap(rows: list[dict]) -> dict:
-    """Per engine: n, bias, sigma and rho over the configs that got a prediction."""
+    """Per engine: n, bias, sigma and rho over the configs that got a prediction, and online FP8's
+    step where both halves were measured."""
     out = {}
     for engine in sorted({r["engine"] for r in rows}):
         have = [r for r in rows if r["engine"] == engine and r["predicted"]]
@@ -103,6 +116,7 @@ def gap(rows: list[dict]) -> dict:
             "sigma_log": statistics.stdev(logs) if len(logs) > 1 else None,
             "spearman_rho": (spearman([r["predicted"] for r in have], [r["measured"] for r in have])
                              if len(have) > 2 else None),
+            "fp8_step": fp8_step(have),
         }
     return out
 
@@ -146,8 +160,10 @@ def main() -> None:
         print(f"| {r['study']} | {trials} | {r['arm']} | {r['engine']} | {knobs} | {r['measured']:,.0f} | {pred} | {ratio} |")
     for source, by_engine in [("all", doc["gap"]), *doc["by_source"].items()]:
         for engine, g in by_engine.items():
+            step = g["fp8_step"]
+            step = f" fp8 step measured {step['measured']:.3f} predicted {step['predicted']:.3f}" if step else ""
             print(f"{source} {engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} "
-                  f"rho={g['spearman_rho']}")
+                  f"rho={g['spearman_rho']}{step}")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@
 # calls of one stay follow each other:
 #   bash benchmarks/gpu_campaign.sh stage    # carry: .kits/vllm-0.25.1/vllm-0.25.1.tar.xz.part00
 #   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS, .whl
-#   (the stay that reaches the last step, sglang-grid, also stages SGLang's kit: 2 more `stage`
-#   calls, .kits/sglang-0.5.17's part00, then part01 + install.sh + SHA256SUMS)
+#   (the sglang-grid stay stages SGLang's kit in their place: .kits/sglang-0.5.17's part00, then
+#   part01 + install.sh + SHA256SUMS + kit.json + manifest.txt with .whl and .gpu-state; without
+#   vLLM's folder, start keeps the carried sweep plan)
 #   bash benchmarks/gpu_campaign.sh start [STEP ...]   # carry: .gpu-state (the prior, and from the
 #        # second stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz); STEPs: only these
 #        # (the steps that fit the stay's device time, e.g. `judge fidelity-paced` when SGLang's

@@ -10,6 +10,8 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import calibrate
 from tests.helpers import REPO
 
@@ -38,3 +40,14 @@ def test_the_gap_of_the_grid_is_reported_per_source(tmp_path, monkeypatch):
     g = doc["gap"]["vllm"]
     assert g["n"] == len(json.loads(GRID.read_text())["points"])
     assert 0.2 < g["bias"] < 0.8 and g["sigma_log"] > 0   # the model's ~2x optimism on vLLM
+
+
+def test_online_fp8s_step_is_the_ratio_of_the_halves_geometric_means():
+    rows = [{"knobs": {"quantization": q}, "measured": m, "predicted": p}
+            for q, m, p in [("fp8", 120.0, 300.0), ("fp8", 150.0, 330.0), ("none", 100.0, 250.0),
+                            ("none", 90.0, 240.0)]]
+    step = calibrate.fp8_step(rows)
+    assert step["n_fp8"] == step["n_bf16"] == 2
+    assert step["measured"] == pytest.approx((120 * 150) ** 0.5 / (100 * 90) ** 0.5)
+    assert step["predicted"] == pytest.approx((300 * 330) ** 0.5 / (250 * 240) ** 0.5)
+    assert calibrate.fp8_step(rows[2:]) is None          # one half only: no step

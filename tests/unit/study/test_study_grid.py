@@ -154,3 +154,20 @@ def test_the_replay_finds_the_grids_best_and_is_charged_its_timings(doc, grid, s
                  for launch in point["launches"]]
         assert t.seconds == pytest.approx(min(costs, key=lambda c: abs(c - t.seconds)))
         assert t.state == ("infeasible" if t.params == REFUSED else "ok")
+
+
+def test_the_h200_study_is_the_committed_grid_each_config_launched_once():
+    """The real SGLang grid (2026-12-04, two stays: the first cut by the machine's loss during trial
+    4, the second resumed): the committed grid is what the committed export converts to, each of
+    the 8 configs launched once; the interrupted launch and the 14 trials that repeated a measured
+    config (no launch: the recorder reused its value) are not launches."""
+    data = rm.REPO / "benchmarks" / "data"
+    got = grid_from_study(data / "h200-sglang-grid.tar.gz", model_shape="Qwen3-14B", gpu=GPU)
+    committed = json.loads((data / "grid-sglang-h200.json").read_text())
+    assert got["points"] == committed["points"]
+    assert got["meta"]["baselines"] == committed["meta"]["baselines"]
+    assert [len(p["launches"]) for p in got["points"]] == [1] * 8
+    assert {launch["trial"] for p in got["points"] for launch in p["launches"]} == {1, 2, 3, 5, 6, 8, 22, 23}
+    assert [i["trial"] for i in got["meta"]["interrupted"]] == [4]
+    (baseline,) = got["meta"]["baselines"]["sglang-defaults"]
+    assert baseline["trial"] == 0 and baseline["ok"]
