@@ -22,6 +22,8 @@ from benchmarks import gpu_campaign as gc
 from tests.helpers import REPO
 from tests.unit.study.test_gpu_vllm_sweep import install_stand_in
 
+STUDIES = ("h2h-prior", "h2h-noprior", "h200-sglang-grid")   # gpu_campaign.sh's, exported each stay
+
 
 def _phase(checkout, env, *args, timeout=300) -> str:
     done = subprocess.run(["bash", "benchmarks/gpu_campaign.sh", *args], cwd=checkout, env=env,
@@ -112,26 +114,28 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 
 
 def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
-    """What the next stay carries, as committed: the campaign state (every step done but
-    sglang-grid and the two-client judge: the sweep, both tune studies at 25 % and 50 %, each
-    confirmed, the first judge, both fidelity runs) and `tune export` of both studies. Start
-    imports them and runs no step that is done; the ones left fail here (no SGLang kit, no engine,
-    no GPU) without harm, and poll and finish return the state and export the studies back."""
+    """What the next stay carries, as committed: the campaign state (every step done but the
+    two-client judge: the sweep, both tune studies at 25 % and 50 %, each confirmed, the first
+    judge, both fidelity runs, the SGLang grid) and `tune export` of the three studies. Start
+    imports them and runs no step that is done; the one left fails here (no engine, no GPU)
+    without harm, and poll and finish return the state and export the studies back."""
     checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
-    for study in ("h2h-prior", "h2h-noprior"):
-        shutil.copy(REPO / "benchmarks" / "data" / "h200-h2h" / f"{study}.tar.gz", carried / f"{study}.tar.gz")
+    for study in STUDIES:
+        folder = REPO / "benchmarks" / "data" / ("h200-h2h" if study.startswith("h2h") else "")
+        shutil.copy(folder / f"{study}.tar.gz", carried / f"{study}.tar.gz")
     with tarfile.open(carried / "campaign.tar.gz") as tar:
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
     left = [step for step in gc.steps() if not before.get(step, {}).get("done")]
-    assert left == ["sglang-grid", "judge-clients"]
+    assert left == ["judge-clients"]
 
     started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "imported" in started.lower()
-    assert (state / "studies" / "h2h-prior.db").exists() and (state / "studies" / "h2h-noprior.db").exists()
+    for study in STUDIES:
+        assert (state / "studies" / f"{study}.db").exists(), study
     polled = _phase(checkout, env, "poll", "120")
-    assert "the campaign has exited" in polled and "left: sglang-grid, judge-clients" in polled
+    assert "the campaign has exited" in polled and "left: judge-clients" in polled
     assert (out / "campaign.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # what a cut stay keeps
     _phase(checkout, env, "finish")
 
@@ -147,7 +151,8 @@ def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
     assert "6 launches failed" in (camp / "logs" / "judge-clients.log").read_text()   # 3 arms x 2
     assert json.loads((camp / "judge.json").read_text()) == json.loads(
         (tmp_path / "before" / "campaign" / "judge.json").read_text())
-    assert (out / "h2h-prior.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # for the stay after
+    for study in STUDIES:
+        assert (out / f"{study}.tar.gz").exists(), study                          # for the stay after
 
 
 def test_a_stay_without_vllms_kit_keeps_the_sweeps_plan_and_runs_the_sglang_grid(tmp_path):
@@ -155,9 +160,15 @@ def test_a_stay_without_vllms_kit_keeps_the_sweeps_plan_and_runs_the_sglang_grid
     have no room for vLLM's too): start must not need vLLM's folder for the sweep's plan, which
     names it, and keeps the carried plan as it was."""
     checkout, carried, state, out, env = _host(tmp_path, vllm=False)
-    shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
-    with tarfile.open(carried / "campaign.tar.gz") as tar:
-        plan = json.loads(tar.extractfile("campaign/vllm-sweep/plan.json").read())
+    with tarfile.open(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz") as tar:
+        tar.extractall(tmp_path / "before", filter="data")
+    camp = tmp_path / "before" / "campaign"
+    record = json.loads((camp / "steps.json").read_text())
+    del record["sglang-grid"]                               # as before the grid's first stay
+    (camp / "steps.json").write_text(json.dumps(record))
+    with tarfile.open(carried / "campaign.tar.gz", "w:gz") as tar:
+        tar.add(camp, arcname="campaign")
+    plan = json.loads((camp / "vllm-sweep" / "plan.json").read_text())
 
     started = _phase(checkout, env, "start", "sglang-grid")
     assert "vLLM 0.25.1 not installed: the sweep's plan is kept as carried" in started
