@@ -233,7 +233,7 @@ def test_a_grid_study_resumed_by_another_worker_measures_each_point_once():
     assert len(seen) == 8 and len(set(seen)) == 8
 
 
-def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order(tmp_path):
+def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order():
     """sampler_for gives every process of a grid study the space's seed for the order."""
     from tuner.space.load import load_space
     from tuner.study.samplers import sampler_for
