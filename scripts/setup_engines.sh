@@ -27,13 +27,15 @@ install_vllm() {
 }
 
 install_transformers() {
-  local venv="$CACHE/engines/transformers-cpu" marker=".tuner-installed-1"
-  [ -f "$venv/$marker" ] && { echo "transformers serve: already in $venv"; return; }
-  echo "Installing transformers[serving] with torch 2.13.0 CPU into $venv (about 2 minutes)..."
+  # Pinned: transformers 5.25 stopped logging the model config (where the run's version is read) and
+  # deprecated block_size for page_size; engines/transformers.yaml is checked against 5.24.0.
+  local venv="$CACHE/engines/transformers-cpu" version=5.24.0
+  [ -f "$venv/.tuner-installed-$version" ] && { echo "transformers serve $version: already in $venv"; return; }
+  echo "Installing transformers[serving] $version with torch 2.13.0 CPU into $venv (about 2 minutes)..."
   rm -rf "$venv"; "$PY" -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==2.13.0" "transformers[serving]" 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/pip" install -q "torch==2.13.0" "transformers[serving]==$version" 2>&1 | grep -v "^WARNING: Location" || true
   "$venv/bin/transformers" serve --help >/dev/null
-  touch "$venv/$marker"
+  touch "$venv/.tuner-installed-$version"
 }
 
 install_lm_eval() {
