@@ -24,9 +24,14 @@ a failed one runs again next time, and the steps that need it wait):
 - ``judge-clients``: the judge again on the picks (the defaults left out: the first judge measured
   them), each launch warmed by one unmeasured run and then measured by both clients, `vllm bench
   serve` and `tune bench`, in an order alternating by round (``gpu_judge.py --name judge-clients
-  --clients vllm,tune --warmups 1 --no-defaults``; 6 launches, about 20 min): the first judge
-  measured one cold run per launch with the sweep's client only, and ranked the top configs in the
-  opposite order to tune's own launches of them and to the sweep's warm runs.
+  --clients vllm,tune --warmups 1 --no-defaults``; 6 launches, 919 s in the ninth stay): the
+  first judge measured one cold run per launch with the sweep's client only, and ranked the top
+  configs in the opposite order to tune's own launches of them and to the sweep's warm runs;
+- ``judge-warm``: judge-clients again with the prefix cache reset between a launch's runs, as the
+  sweep resets it after each of its own (judge-clients did not: its measured runs replayed the
+  warm-up's seeded prompts into a warm cache, the server's hit rate 53.6-84.2 % against 15.5 %
+  after a first run, and measured 10-18 % above the first runs; same flags, 6 launches, about
+  16 min).
 
 Every run of a step is an interval in STATE/steps.json (start, end, exit code, host): the tools'
 wall-clocks are sums of those, without the gaps between stays.
@@ -63,6 +68,11 @@ VARIANTS = ("prior", "noprior")
 TUNE = [sys.executable, "-m", "tuner"]
 
 
+# The judges that measure each launch with both clients after a warm-up run, in the order run:
+# judge-clients let the prefix cache carry over between a launch's runs, judge-warm resets it.
+CLIENT_JUDGES = ("judge-clients", "judge-warm")
+
+
 def launches(budget_percent: int) -> int:
     return GRID_LAUNCHES * budget_percent // 100
 
@@ -76,7 +86,7 @@ def steps() -> list[str]:
     for variant in VARIANTS:
         for budget in BUDGETS:
             out += [f"{variant}-{budget}", f"{variant}-{budget}-confirm"]
-    return out + ["judge", "sglang-grid", "fidelity-paced", "judge-clients"]
+    return out + ["judge", "sglang-grid", "fidelity-paced", *CLIENT_JUDGES]
 
 
 class Campaign:
@@ -115,9 +125,9 @@ class Campaign:
                      "space", *flags, "--out", str(self.state / out)]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]
-        if step == "judge-clients":
+        if step in CLIENT_JUDGES:   # the reset between runs is the judge's own, not a flag
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state),
-                     "--name", "judge-clients", "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]]
+                     "--name", step, "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]]
         if step == "sglang-grid":   # needs SGLang's kit staged too: gpu_campaign.sh says how
             if self.started(step):
                 return [[*TUNE, "resume", SGLANG_GRID]]
@@ -191,7 +201,7 @@ def finished(study: str) -> int:
 def needs(step: str) -> list[str]:
     """The steps that must be done before this one: a confirm repeats its search's configs, the
     50 % budget continues the confirmed 25 % study, and the judge launches every tool's pick."""
-    if step in ("judge", "judge-clients"):
+    if step in ("judge", *CLIENT_JUDGES):
         return ["sweep", *(f"{v}-{b}-confirm" for v in VARIANTS for b in BUDGETS)]
     variant = step.partition("-")[0]
     if variant not in VARIANTS:

@@ -6,7 +6,9 @@ Per tool: wall-clock to its recommendation (the sweep: its invocations; tune: th
 own steps, so neither counts the gaps between stays), engine launches, refused configs launched,
 the config it recommends, and its best-so-far against that wall-clock. The judge: each arm's
 median over its launches, and each arm's ratio to the sweep's pick with a 95 % bootstrap interval
-and with the machine's drift taken out (drift_adjusted).
+and with the machine's drift taken out (drift_adjusted). The later judges (gpu_campaign.CLIENT_JUDGES:
+judge-clients, judge-warm) the same per client, with whether each reset the prefix cache between a
+launch's runs.
 The targets: tune's confirmed pick at least as good as the sweep's (the interval of the ratio
 contains or exceeds 1) in at most 40 % of the sweep's wall-clock, the sweep's counted as one
 uninterrupted sweep (its launches stopped by the end of a stay and its resumed start-ups left out;
@@ -196,6 +198,14 @@ def judged(campaign: Path, name: str = "judge", client: str = "vllm") -> dict:
     return out
 
 
+def cache_reset(campaign: Path, name: str) -> bool:
+    """Whether the judge reset the prefix cache between the runs of each launch: a judgement made
+    before gpu_judge.py did (judge-clients) records no resets, and its runs after the first
+    measured a replay of cached prompts."""
+    launches = json.loads((campaign / f"{name}.json").read_text())["launches"]
+    return bool(launches) and all("cache_resets" in r for r in launches if "error" not in r)
+
+
 def arm_of(pick: dict | None, arm: str, judge: dict, configs: list[dict]) -> str | None:
     """The judge's arm that measured this pick (equal configs share one arm; the plan's configs
     pair each config's knobs with its sweep overrides)."""
@@ -289,17 +299,21 @@ def report(campaign: Path, studies: dict[str, Path]) -> dict:
         t["wall_share_of_sweep"] = t["wall_s"] / whole if whole > 0 else None
         t["meets_quality"] = meets_quality(t["ratio_ci95"])
         t["meets_wall"] = None if t["wall_share_of_sweep"] is None else t["wall_share_of_sweep"] <= WALL_TARGET
-    # the second judge, each launch measured by both clients (gpu_judge.py --clients vllm,tune)
-    clients = ({c: judged(campaign, "judge-clients", c) for c in gj.CLIENTS}
-               if (campaign / "judge-clients.json").exists() else {})
+    # the later judges, each launch measured by both clients (gpu_judge.py --clients vllm,tune)
+    client_judges = {name: {"cache_reset": cache_reset(campaign, name),
+                            "clients": {c: judged(campaign, name, c) for c in gj.CLIENTS}}
+                     for name in gc.CLIENT_JUDGES if (campaign / f"{name}.json").exists()}
     for t in tools:
-        t["by_client"] = {}
-        for c, jc in clients.items():
-            j = jc.get(arm_of(t["pick"], t["pick_arm"], jc, configs) or "", {})
-            t["by_client"][c] = {"ratio_to_sweep": j.get("ratio_to_sweep"), "ratio_ci95": j.get("ratio_ci95"),
-                                 "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
-                                 "meets_quality": meets_quality(j.get("ratio_ci95"))}
-    return {"sweep": sweep, "tune": tools, "judge": judge, "judge_clients": clients,
+        t["client_judges"] = {}
+        for name, cj in client_judges.items():
+            t["client_judges"][name] = {}
+            for c, jc in cj["clients"].items():
+                j = jc.get(arm_of(t["pick"], t["pick_arm"], jc, configs) or "", {})
+                t["client_judges"][name][c] = {
+                    "ratio_to_sweep": j.get("ratio_to_sweep"), "ratio_ci95": j.get("ratio_ci95"),
+                    "ratio_drift_adjusted": j.get("ratio_drift_adjusted"),
+                    "meets_quality": meets_quality(j.get("ratio_ci95"))}
+    return {"sweep": sweep, "tune": tools, "judge": judge, "client_judges": client_judges,
             "near_ties": near_ties(campaign, grid, [t for mine in trials.values() for t in mine]) if has_judge else [],
             "first_runs": first_runs(grid),
             "fidelity": read_json(campaign / "fidelity-h200.json", None),
@@ -349,15 +363,18 @@ def table(data: dict) -> str:
 
 
 def clients_table(data: dict) -> str:
-    """The second judge: each tune run's pick against the sweep's, as each client measured them."""
-    if not data.get("judge_clients"):
+    """The later judges: each tune run's pick against the sweep's, as each client measured them,
+    one row per judge and tool."""
+    if not data.get("client_judges"):
         return ""
-    lines = ["| tool | " + " | ".join(f"ratio by `{'vllm bench serve' if c == 'vllm' else 'tune bench'}` "
-                                       "[95 %]; drift-adjusted" for c in gj.CLIENTS) + " |",
-             "|---|" + "---|" * len(gj.CLIENTS)]
-    for t in data["tune"]:
-        cells = [ratio_cell(t["by_client"].get(c, {}), "-") for c in gj.CLIENTS]
-        lines.append(f"| {t['tool']} | " + " | ".join(cells) + " |")
+    lines = ["| judge (prefix cache between runs) | tool | " + " | ".join(
+        f"ratio by `{'vllm bench serve' if c == 'vllm' else 'tune bench'}` [95 %]; drift-adjusted"
+        for c in gj.CLIENTS) + " |", "|---|---|" + "---|" * len(gj.CLIENTS)]
+    for name, cj in data["client_judges"].items():
+        cache = "reset" if cj["cache_reset"] else "kept"
+        for t in data["tune"]:
+            cells = [ratio_cell(t["client_judges"].get(name, {}).get(c, {}), "-") for c in gj.CLIENTS]
+            lines.append(f"| {name} ({cache}) | {t['tool']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -433,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(sweep_table(data) + "\n")
     print(table(data))
-    if data["judge_clients"]:
+    if data["client_judges"]:
         print("\n" + clients_table(data))
     if data["near_ties"]:
         print("\n" + near_ties_table(data))

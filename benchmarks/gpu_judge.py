@@ -14,6 +14,14 @@ sweep's client) ranked the top configs in the opposite order to tune's many laun
   a pick that is a baseline (not a search trial or the model's pick) is the defaults arm;
 - the defaults: the plan's ``defaults_cmd`` (no knob flags, the model's own max_seq_len).
 
+Between the runs of one launch (a warm-up, then each client) the judge resets the server's prefix
+cache, as the sweep does after each of its runs (`ServerProcess.after_bench` in vLLM 0.25.1's
+vllm/benchmarks/sweep/server.py: POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1).
+Without it every run after the first replays the same seeded prompts into a warm cache: in the
+ninth stay's judge-clients the server's own hit-rate counter (its last 1,000 requests) read
+15.5 % after a launch's first run and 53.6-84.2 % during the later ones, which measured 10-18 %
+above that first run: a different workload from the one both tools tuned for.
+
 Every launch is appended to STATE/judge.json as it ends, with the machine it ran on (its boot id),
 so a stopped judge resumes with the next launch of the same schedule on the same machine. A stay
 on another machine (each stay gets a fresh one) starts the schedule over: interleaving cancels the
@@ -126,6 +134,12 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float) -> float:
     raise RuntimeError(f"the server was not ready within {timeout_s:.0f} s")
 
 
+def reset_prefix_cache(port: int) -> None:
+    """Empty the server's prefix cache, so the next run measures the workload itself rather than
+    a replay of the prompts the last run cached (the sweep's `reset_caches`)."""
+    _get(f"http://127.0.0.1:{port}/reset_prefix_cache", {}, timeout=60)
+
+
 def bench_cmds(plan: dict, work: Path, tag: str) -> dict[str, tuple[list[str], dict[str, str], Path]]:
     """Each client's command, environment and result file, on the same workload flags: `vllm bench
     serve` from the engine's folder (the sweep's client) and `tune bench` (tune's), which takes
@@ -150,11 +164,11 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
     """One judged launch: ready time, ``warmups`` unmeasured runs of the workload by the first
     client (a launch's first burst of an online-FP8 config measured 2-5 % below its later ones
     in the sweep), each client's benchmark in the given order (schedule the orders so each arm
-    gets both), teardown time. ``value`` is `vllm bench serve`'s objective where it ran (as in
+    gets both), the prefix cache reset between runs, teardown time. ``value`` is `vllm bench serve`'s objective where it ran (as in
     the one-client judge), ``by_client`` every client's."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
     port = plan["port"]
-    env = {**os.environ, **plan["env"]}
+    env = {**os.environ, **plan["env"], "VLLM_SERVER_DEV_MODE": "1"}   # serves /reset_prefix_cache
     started = time.time()
     with (work / f"{tag}.log").open("w") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -166,11 +180,17 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
                 _get(f"http://127.0.0.1:{port}/v1/completions", {
                     "model": plan["bench_cmd"][plan["bench_cmd"].index("--model") + 1],
                     "prompt": "Hello", "max_tokens": 8}, timeout=60)
+            row["cache_resets"] = 0
             for i in range(warmups):
                 bench, bench_env, _ = bench_cmds(plan, work, f"{tag}-warmup{i}")[clients[0]]
                 subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)
+                reset_prefix_cache(port)
+                row["cache_resets"] += 1
             cmds, row["by_client"] = bench_cmds(plan, work, tag), {}
-            for client in clients:
+            for n, client in enumerate(clients):
+                if n:
+                    reset_prefix_cache(port)
+                    row["cache_resets"] += 1
                 bench, bench_env, out = cmds[client]
                 t = time.time()
                 subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)

@@ -42,15 +42,16 @@ def test_each_step_starts_then_resumes_with_the_commands_a_user_would_type(tmp_p
                                                 "h200-sglang-grid"]
     (paced,) = c.commands("fidelity-paced")
     assert paced[paced.index("--request-rate") + 1] == "16" and paced[paced.index("--pairs") + 1] == "3"
-    (both,) = c.commands("judge-clients")
-    assert both[1:] == ["-m", "benchmarks.gpu_judge", "run", "--state", str(tmp_path), "--name",
-                        "judge-clients", "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]
-    assert gc.steps()[0] == "sweep" and gc.steps()[-4:] == ["judge", "sglang-grid", "fidelity-paced",
-                                                            "judge-clients"]
+    for name in ("judge-clients", "judge-warm"):
+        (both,) = c.commands(name)
+        assert both[1:] == ["-m", "benchmarks.gpu_judge", "run", "--state", str(tmp_path), "--name",
+                            name, "--clients", "vllm,tune", "--warmups", "1", "--no-defaults"]
+    assert gc.steps()[0] == "sweep" and gc.steps()[-5:] == ["judge", "sglang-grid", "fidelity-paced",
+                                                            "judge-clients", "judge-warm"]
     assert gc.needs("prior-25") == [] and gc.needs("prior-25-confirm") == ["prior-25"]
     assert gc.needs("noprior-50") == ["noprior-25-confirm"] and gc.needs("fidelity") == []
     assert gc.needs("fidelity-paced") == []
-    assert gc.needs("judge-clients") == gc.needs("judge")
+    assert gc.needs("judge-clients") == gc.needs("judge-warm") == gc.needs("judge")
     assert set(gc.needs("judge")) == {"sweep", "prior-25-confirm", "prior-50-confirm",
                                       "noprior-25-confirm", "noprior-50-confirm"}
 
@@ -167,19 +168,23 @@ def test_the_judge_launches_each_arm_on_the_real_engine_and_resumes_without_rela
     assert {row["machine"] for row in doc["launches"]} == {gj.machine()}
     assert gj.run(state, rounds=1) == 0                                    # nothing left to launch
     assert len(json.loads((state / "judge.json").read_text())["launches"]) == 2
-    # the second judge, without the defaults: each launch warmed by one unmeasured run, then
-    # measured by `vllm bench serve` and `tune bench`, in that order in round 0, on the same workload
-    assert gj.run(state, rounds=1, name="judge-clients", clients=gj.client_order(("vllm", "tune"), 0),
+    # the later judge, without the defaults: each launch warmed by one unmeasured run, then
+    # measured by `vllm bench serve` and `tune bench`, in that order in round 0, on the same
+    # workload, the server's prefix cache emptied after the warm-up and between the clients
+    assert gj.run(state, rounds=1, name="judge-warm", clients=gj.client_order(("vllm", "tune"), 0),
                   warmups=1, defaults=False) == 0
-    both = json.loads((state / "judge-clients.json").read_text())["launches"]
+    both = json.loads((state / "judge-warm.json").read_text())["launches"]
     assert [r["arm"] for r in both] == ["sweep"]
-    assert (state / "judge-clients" / f"sweep-r0-{gj.machine()[:8]}-warmup0.json").exists()
+    tag = f"sweep-r0-{gj.machine()[:8]}"
+    assert (state / "judge-warm" / f"{tag}-warmup0.json").exists()
     for row in both:
         assert list(row["by_client"]) == ["vllm", "tune"], row
         for measured in row["by_client"].values():
             assert measured["value"] > 0 and measured["completed"] == plan["workload"]["num_prompts"]
         assert row["value"] == row["by_client"]["vllm"]["value"]
-    assert (state / "judge-clients" / f"sweep-r0-{gj.machine()[:8]}-tune.json").exists()
+        assert row["cache_resets"] == 2
+    assert (state / "judge-warm" / f"{tag}-tune.json").exists()
+    assert (state / "judge-warm" / f"{tag}.log").read_text().count("Resetting prefix cache") == 2   # the server's own word
     # the next stay's fresh machine: the interleaved schedule starts over there, the launches kept
     monkeypatch.setattr(gj, "machine", lambda: "another-boot")
     fails = {"defaults"}

@@ -115,8 +115,8 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 
 def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
     """What the next stay carries, as committed: the campaign state (every step done but the
-    two-client judge: the sweep, both tune studies at 25 % and 50 %, each confirmed, the first
-    judge, both fidelity runs, the SGLang grid) and `tune export` of the three studies. Start
+    judge that resets the prefix cache: the sweep, both tune studies at 25 % and 50 %, each
+    confirmed, the first judge, both fidelity runs, the SGLang grid, the two-client judge) and `tune export` of the three studies. Start
     imports them and runs no step that is done; the one left fails here (no engine, no GPU)
     without harm, and poll and finish return the state and export the studies back."""
     checkout, carried, state, out, env = _host(tmp_path)
@@ -128,14 +128,14 @@ def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
         tar.extractall(tmp_path / "before", filter="data")
     before = json.loads((tmp_path / "before" / "campaign" / "steps.json").read_text())
     left = [step for step in gc.steps() if not before.get(step, {}).get("done")]
-    assert left == ["judge-clients"]
+    assert left == ["judge-warm"]
 
     started = _phase(checkout, env, "start")
     assert "restored the campaign" in started and "imported" in started.lower()
     for study in STUDIES:
         assert (state / "studies" / f"{study}.db").exists(), study
     polled = _phase(checkout, env, "poll", "120")
-    assert "the campaign has exited" in polled and "left: judge-clients" in polled
+    assert "the campaign has exited" in polled and "left: judge-warm" in polled
     assert (out / "campaign.tar.gz").exists() and (out / "h2h-noprior.tar.gz").exists()   # what a cut stay keeps
     _phase(checkout, env, "finish")
 
@@ -148,7 +148,7 @@ def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
             assert record[step] == before[step], step              # done: not run again
         else:
             assert record[step]["runs"] and not record[step]["done"], step
-    assert "6 launches failed" in (camp / "logs" / "judge-clients.log").read_text()   # 3 arms x 2
+    assert "6 launches failed" in (camp / "logs" / "judge-warm.log").read_text()   # 3 arms x 2
     assert json.loads((camp / "judge.json").read_text()) == json.loads(
         (tmp_path / "before" / "campaign" / "judge.json").read_text())
     for study in STUDIES:
@@ -182,4 +182,4 @@ def test_a_stay_without_vllms_kit_keeps_the_sweeps_plan_and_runs_the_sglang_grid
     assert json.loads((camp / "vllm-sweep" / "plan.json").read_text()) == plan
     record = json.loads((camp / "steps.json").read_text())
     assert record["sglang-grid"]["runs"] and not record["sglang-grid"]["done"]   # no SGLang, no GPU here
-    assert "judge-clients" not in record                                           # not asked for
+    assert "judge-warm" not in record                                              # not asked for

@@ -75,6 +75,8 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
             {"round": r, "arm": a, "value": v, "machine": "b", "ended": 1.0, "mean_ttft_ms": 900.0 + r}
             for r in range(3) for a, v in
             (("sweep", 7600.0 + r), ("defaults", 7500.0 + r), ("tune-prior-25", 9800.0 + 10 * r))]}))
+    for name in hh.gc.CLIENT_JUDGES:                       # the committed ones: written below
+        (campaign / f"{name}.json").unlink(missing_ok=True)
 
     data = hh.report(campaign, {"prior": archive})
     (tune,) = data["tune"]
@@ -91,29 +93,39 @@ def test_tune_against_the_sweep_with_the_judges_intervals(campaign, real_study, 
     assert data["judge"]["sweep"]["other_machines"] == [5000.0]   # another stay's: not judged
     row = next(line for line in hh.table(data).splitlines() if "tune prior 25 %" in line)
     assert str(fp8["knobs"]) in row and "the defaults" not in row
-    assert tune["by_client"] == {} and hh.clients_table(data) == ""
+    assert tune["client_judges"] == {} and hh.clients_table(data) == ""
     ties = {r["arm"]: r for r in data["near_ties"]}
     assert set(ties) == {"sweep", "tune-prior-25"}                # the defaults name no config
     assert ties["tune-prior-25"]["judge"] == {"values": [9800.0, 9810.0, 9820.0],
                                               "ttft_ms": {"median": 901.0, "min": 900.0, "max": 902.0, "n": 3}}
     assert ties["tune-prior-25"]["tune"]["values"] == []          # this CPU study never ran it
 
-    # the second judge: both clients measured each launch; the sweep's client (as the first
-    # judge) and tune's disagree on the order, each ratio its own
-    (campaign / "judge-clients.json").write_text(json.dumps({
-        "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
-        "launches": [{"round": r, "arm": a, "machine": "c", "ended": 3.0, "value": v,
-                      "by_client": {"vllm": {"value": v}, "tune": {"value": w}}}
-                     for r in range(2) for a, v, w in (("sweep", 7600.0 + r, 7700.0 + r),
-                                                        ("defaults", 7500.0, 7500.0),
-                                                        ("tune-prior-25", 7500.0 + r, 7800.0 + r))]}))
+    # the later judges: both clients measured each launch; the sweep's client (as the first
+    # judge) and tune's disagree on the order, each ratio its own; judge-warm reset the prefix
+    # cache between a launch's runs (its launches say how often), judge-clients did not
+    for name, resets, shift in (("judge-clients", {}, 0.0), ("judge-warm", {"cache_resets": 2}, -300.0)):
+        (campaign / f"{name}.json").write_text(json.dumps({
+            "arms": {"sweep": sweep_pick, "defaults": None, "tune-prior-25": fp8["sweep"]},
+            "launches": [{"round": r, "arm": a, "machine": "c", "ended": 3.0, "value": v + shift, **resets,
+                          "by_client": {"vllm": {"value": v + shift}, "tune": {"value": w + shift}}}
+                         for r in range(2) for a, v, w in (("sweep", 7600.0 + r, 7700.0 + r),
+                                                            ("defaults", 7500.0, 7500.0),
+                                                            ("tune-prior-25", 7500.0 + r, 7800.0 + r))]
+            + [{"round": 1, "arm": "defaults", "machine": "c", "error": "the server exited 1"}]}))
     data = hh.report(campaign, {"prior": archive})
     (tune,) = data["tune"]
-    assert tune["by_client"]["vllm"]["ratio_to_sweep"] == pytest.approx(7500.5 / 7600.5)
-    assert tune["by_client"]["tune"]["ratio_to_sweep"] == pytest.approx(7800.5 / 7700.5)
-    assert not tune["by_client"]["vllm"]["meets_quality"] and tune["by_client"]["tune"]["meets_quality"]
+    assert {n: j["cache_reset"] for n, j in data["client_judges"].items()} == {
+        "judge-clients": False, "judge-warm": True}
+    kept, reset = tune["client_judges"]["judge-clients"], tune["client_judges"]["judge-warm"]
+    assert kept["vllm"]["ratio_to_sweep"] == pytest.approx(7500.5 / 7600.5)
+    assert kept["tune"]["ratio_to_sweep"] == pytest.approx(7800.5 / 7700.5)
+    assert not kept["vllm"]["meets_quality"] and kept["tune"]["meets_quality"]
+    assert reset["vllm"]["ratio_to_sweep"] == pytest.approx(7200.5 / 7300.5)
+    assert reset["tune"]["ratio_to_sweep"] == pytest.approx(7500.5 / 7400.5)
     assert tune["ratio_to_sweep"] == pytest.approx(9810 / 7601)          # the first judge's, as before
-    assert "tune prior 25 %" in hh.clients_table(data)
+    rows = hh.clients_table(data).splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == ["| judge-clients (kept)", "| judge-warm (reset)"]
+    assert all("tune prior 25 %" in r for r in rows)
 
 
 def test_the_drift_adjusted_ratio_takes_a_linear_drift_out_of_a_fixed_order():
