@@ -13,11 +13,13 @@
 # A device call carries at most 64 MiB and /tmp lasts only while the machine stays warm, so the
 # calls of one stay follow each other:
 #   bash benchmarks/gpu_campaign.sh stage    # carry: .kits/vllm-0.25.1/vllm-0.25.1.tar.xz.part00
-#   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS, .whl
+#   bash benchmarks/gpu_campaign.sh stage    # carry: the kit's part01, install.sh, SHA256SUMS
+#        # (.whl too passes 64 MiB with the tree since the ninth stay's kit: it goes with start)
 #   (the sglang-grid stay stages SGLang's kit in their place: .kits/sglang-0.5.17's part00, then
 #   part01 + install.sh + SHA256SUMS + kit.json + manifest.txt with .whl and .gpu-state; without
 #   vLLM's folder, start keeps the carried sweep plan)
-#   bash benchmarks/gpu_campaign.sh start [STEP ...]   # carry: .gpu-state (the prior, and from the
+#   bash benchmarks/gpu_campaign.sh stage && bash benchmarks/gpu_campaign.sh start [STEP ...]
+#        # carry: .whl, and .gpu-state (the prior, and from the
 #        # second stay on the previous stay's $OUT: campaign.tar.gz, h2h-*.tar.gz); STEPs: only these
 #        # (the steps that fit the stay's device time, e.g. `judge fidelity-paced` when SGLang's
 #        # kit is not staged), in the queue's order; none: the whole queue
