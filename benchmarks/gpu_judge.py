@@ -164,8 +164,8 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
     """One judged launch: ready time, ``warmups`` unmeasured runs of the workload by the first
     client (a launch's first burst of an online-FP8 config measured 2-5 % below its later ones
     in the sweep), each client's benchmark in the given order (schedule the orders so each arm
-    gets both), the prefix cache reset between runs, teardown time. ``value`` is `vllm bench serve`'s objective where it ran (as in
-    the one-client judge), ``by_client`` every client's."""
+    gets both), the prefix cache reset between runs, teardown time. ``value`` is `vllm bench
+    serve`'s objective where it ran (as in the one-client judge), ``by_client`` every client's."""
     argv = (plan["defaults_cmd"] if config is None else [*plan["serve_cmd"], *config_flags(config)])
     port = plan["port"]
     env = {**os.environ, **plan["env"], "VLLM_SERVER_DEV_MODE": "1"}   # serves /reset_prefix_cache
@@ -180,20 +180,18 @@ def launch(plan: dict, label: str, config: dict | None, work: Path, tag: str,
                 _get(f"http://127.0.0.1:{port}/v1/completions", {
                     "model": plan["bench_cmd"][plan["bench_cmd"].index("--model") + 1],
                     "prompt": "Hello", "max_tokens": 8}, timeout=60)
-            row["cache_resets"] = 0
-            for i in range(warmups):
-                bench, bench_env, _ = bench_cmds(plan, work, f"{tag}-warmup{i}")[clients[0]]
-                subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)
-                reset_prefix_cache(port)
-                row["cache_resets"] += 1
-            cmds, row["by_client"] = bench_cmds(plan, work, tag), {}
-            for n, client in enumerate(clients):
-                if n:
+            measured = bench_cmds(plan, work, tag)
+            runs = [(bench_cmds(plan, work, f"{tag}-warmup{i}")[clients[0]], None) for i in range(warmups)]
+            runs += [(measured[client], client) for client in clients]
+            row["by_client"], row["cache_resets"] = {}, 0
+            for n, ((bench, bench_env, out), client) in enumerate(runs):
+                if n:   # each run but the launch's first finds the cache as a fresh server has it
                     reset_prefix_cache(port)
                     row["cache_resets"] += 1
-                bench, bench_env, out = cmds[client]
                 t = time.time()
                 subprocess.run(bench, stdout=log, stderr=subprocess.STDOUT, env=bench_env, check=True)
+                if client is None:       # a warm-up: not measured
+                    continue
                 doc = json.loads(out.read_text())
                 row["by_client"][client] = {
                     "bench_s": round(time.time() - t, 2), "value": doc[plan["objective"]],

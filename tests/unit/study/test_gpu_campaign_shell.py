@@ -116,9 +116,10 @@ def test_a_stay_stages_starts_polls_and_finishes_the_campaign(tmp_path):
 def test_the_next_stay_imports_the_studies_and_runs_only_what_is_left(tmp_path):
     """What the next stay carries, as committed: the campaign state (every step done but the
     judge that resets the prefix cache: the sweep, both tune studies at 25 % and 50 %, each
-    confirmed, the first judge, both fidelity runs, the SGLang grid, the two-client judge) and `tune export` of the three studies. Start
-    imports them and runs no step that is done; the one left fails here (no engine, no GPU)
-    without harm, and poll and finish return the state and export the studies back."""
+    confirmed, the first judge, both fidelity runs, the SGLang grid, the two-client judge) and
+    `tune export` of the three studies. Start imports them and runs no step that is done; the one
+    left fails here (no engine, no GPU) without harm, and poll and finish return the state and
+    export the studies back."""
     checkout, carried, state, out, env = _host(tmp_path)
     shutil.copy(REPO / "benchmarks" / "data" / "h200-campaign.tar.gz", carried / "campaign.tar.gz")
     for study in STUDIES:
