@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import shutil
 import sysconfig
 from pathlib import Path
+
+import psutil
 
 from tuner.errors import InputError
 
@@ -70,12 +74,42 @@ def qwen3_config(
 def with_local_tokenizer(published: dict) -> dict:
     """A published config.json with the local tokenizer's special tokens (its vocabulary is far
     smaller than the model's, so the published ids would name tokens it never produces); the
-    shapes, the vocabulary size and the embedding tying stay as published, so a dummy-weight
-    benchmark costs what the real model costs."""
+    shapes, the vocabulary size, the embedding tying, the dtype and a quantized checkpoint's
+    ``quantization_config`` stay as published, so a dummy-weight launch builds the same layers
+    and kernels as the real checkpoint and a benchmark costs what the real model costs."""
     cfg = {**qwen3_config(), **published}
     cfg.update(bos_token_id=0, eos_token_id=2, pad_token_id=0, max_window_layers=cfg["num_hidden_layers"])
-    cfg.pop("quantization_config", None)
     return cfg
+
+
+def parameter_count(cfg: dict) -> int:
+    """Parameters of the Qwen3 config ``cfg`` (an untied output layer counted)."""
+    n = sum(math.prod(shape) for shape in qwen3_tensor_shapes(cfg).values())
+    return n if cfg.get("tie_word_embeddings", True) else n + cfg["vocab_size"] * cfg["hidden_size"]
+
+
+def random_weights_refusal(cfg: dict, out_dir: Path) -> str | None:
+    """Why random weights for ``cfg`` cannot be written here, or None. A published shape's weights
+    are built whole in memory before they are saved (float32 without torch), so a 14B shape needs
+    about 56 GB: refuse before the process is killed for memory, naming the size and the way out."""
+    if "quantization_config" in cfg:
+        return ("random weights of a quantized checkpoint cannot be written; vLLM and SGLang load "
+                "its shape with --load-format dummy: leave out --weights")
+    try:
+        import torch  # noqa: F401
+        per = 2
+    except ImportError:
+        per = 4
+    size = parameter_count(cfg) * per
+    memory = psutil.virtual_memory().available
+    out_dir = out_dir.expanduser().resolve()
+    probe = next(p for p in (out_dir, *out_dir.parents) if p.exists())
+    disk = shutil.disk_usage(probe).free
+    if size > memory // 2 or size > disk:
+        return (f"random weights for this shape are {size / 2**30:.1f} GiB "
+                f"({memory / 2**30:.1f} GiB of memory available, {disk / 2**30:.1f} GiB free on "
+                f"{probe}); vLLM and SGLang need none (--load-format dummy): use --no-weights")
+    return None
 
 
 def save_random_weights(out_dir: Path, *, device: str = "cuda", dtype: str = "bfloat16") -> None:
@@ -131,7 +165,6 @@ def save_fp8_variant(src: Path, dst: Path, *, device: str = "cuda") -> Path:
                                                  quantization_config=quantization)
     tmp = dst.with_name(dst.name + ".partial")
     if tmp.exists():
-        import shutil
         shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     for name in ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -242,7 +275,6 @@ def build(out_dir: Path, *, config: dict | None = None) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     if tmp.exists():
-        import shutil
         shutil.rmtree(tmp)
     tmp.mkdir()
     cfg = config or qwen3_config()

@@ -411,9 +411,11 @@ def import_cmd(
 def model_tiny(
     path: Path = typer.Argument(..., help="Folder to create."),
     shape: str = typer.Option("tiny", help="tiny, or a published Qwen3 shape (config.json as on the hub, "
-                              "vocabulary 151936): qwen3-0.6b, qwen3-8b, qwen3-14b, qwen3-32b."),
-    weights: bool = typer.Option(True, "--weights/--no-weights", help="Also save random weights: "
-                                 "vLLM and SGLang need none (--load-format dummy), transformers serve does."),
+                              "vocabulary 151936): qwen3-0.6b, qwen3-8b, qwen3-14b, qwen3-32b, and the "
+                              "-fp8 (block-scaled FP8) and -awq (AutoAWQ 4-bit) checkpoints of 8b, 14b, 32b."),
+    weights: Optional[bool] = typer.Option(None, "--weights/--no-weights", help="Also save random weights "
+                                           "(default: only for the tiny shape). vLLM and SGLang need none "
+                                           "(--load-format dummy); transformers serve does."),
     device: str = typer.Option("cpu", help="Where to create the random weights (cuda with torch)."),
     fp8_variant: Optional[Path] = typer.Option(
         None, "--fp8-variant", help="Also write a torchao FP8 copy of the weights to this folder "
@@ -425,6 +427,8 @@ def model_tiny(
     names = shape_names()
     if shape != "tiny" and shape not in names:
         fail(f"unknown shape {shape!r}; choose one of tiny, {', '.join(sorted(names))}")
+    if weights is None:
+        weights = shape == "tiny" or fp8_variant is not None
     if fp8_variant is not None and not weights:
         fail("--fp8-variant quantizes the random weights: leave out --no-weights")
     if fp8_variant is not None and (why := tiny_model.fp8_variant_missing()):
@@ -433,13 +437,16 @@ def model_tiny(
         fail(f"{fp8_variant} already holds a model (config.json); remove it first")
     config = (tiny_model.qwen3_config() if shape == "tiny"
               else tiny_model.with_local_tokenizer(published_shape(names[shape])))
+    if weights and (why := tiny_model.random_weights_refusal(config, path)):
+        fail(f"--shape {shape} --weights: {why}")
     try:
         out = tiny_model.build(path, config=config)
     except FileExistsError as exc:
         fail(str(exc))
     if weights:
         tiny_model.save_random_weights(out, device=device)
-    console.print(f"model written to {out}")
+    console.print(f"model written to {out}" + ("" if weights else " (no weights: serve it with "
+                                                "--load-format dummy)"))
     if fp8_variant is not None:
         variant = tiny_model.save_fp8_variant(out, fp8_variant, device=device)
         console.print(f"FP8 (torchao) variant written to {variant}")

@@ -56,9 +56,9 @@ def _shapes() -> dict[str, dict]:
 
 
 def shape_names() -> dict[str, str]:
-    """``tune model tiny --shape`` names (``qwen3-14b``) of the unquantized published shapes, by hub id."""
-    return {hub.split("/")[-1].lower(): hub for hub, shape in _shapes().items()
-            if "quantization_config" not in shape}
+    """``tune model tiny --shape`` names (``qwen3-14b``, ``qwen3-14b-fp8``) of the published shapes,
+    quantized checkpoints included, by hub id."""
+    return {hub.split("/")[-1].lower(): hub for hub in _shapes()}
 
 
 def published_shape(hub_id: str) -> dict:
