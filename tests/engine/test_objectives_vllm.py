@@ -65,16 +65,26 @@ def test_multi_objective_study_lists_a_pareto_front(tmp_path, studies, vllm_bin,
 
 
 def test_max_load_under_slo_on_one_launched_server(tmp_path, studies, vllm_bin, tiny_model_path):
+    """Two workloads on one launch, the second at twice the first's load (``load_scale``): each is
+    searched at its own loads, and the trial sustains the lowest, in the first one's units."""
     space = small_space(tmp_path, num_prompts=16, n_trials=1, name="maxload",
                         baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
-    _edit(space, objective={"slos": {"p99_ttft_ms": 120000, "failed_pct": 0},
-                            "max_load": {"knob": "max_concurrency", "low": 1, "high": 8,
-                                         "probes": 3}})
+    import yaml
+    workload = yaml.safe_load(space.read_text())["workload"]
+    _edit(space, workloads=[{**workload, "name": "chat"},
+                            {**workload, "name": "twice", "load_scale": 2}],
+          objective={"slos": {"p99_ttft_ms": 120000, "failed_pct": 0}, "aggregate": "worst",
+                     "max_load": {"knob": "max_concurrency", "low": 1, "high": 8, "probes": 3}})
     proc = run_tune("start", "--space", str(space))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (t,) = load(studies, "maxload").trials
     curve = t.user_attrs["load_curve"]
-    assert [p["load"] for p in curve] == [1, 2, 4]  # three benchmarks on one launch
+    assert [(p["workload"], p["load"]) for p in curve] == [
+        ("chat", 1), ("chat", 2), ("chat", 4), ("twice", 2), ("twice", 4), ("twice", 8)]
     assert all(p["met"] for p in curve)  # a generous SLO: the largest probed load wins
-    assert t.value == 4 and t.user_attrs["max_load"] == 4
-    assert len(list((studies / "maxload-files" / "trials" / "trial-0000").glob("bench-*.json"))) == 3
+    assert t.value == 4 and t.user_attrs["max_load"] == 4   # min(4, 8 / 2)
+    trial_dir = studies / "maxload-files" / "trials" / "trial-0000"
+    assert len(list(trial_dir.glob("bench-*.json"))) == 6
+    # every run but the first starts from an emptied prefix cache (the endpoint vLLM opens with
+    # VLLM_SERVER_DEV_MODE=1, which only such a launch gets)
+    assert (trial_dir / "server.log").read_text().count("Resetting prefix cache") == 5

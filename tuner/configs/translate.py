@@ -80,8 +80,11 @@ def build_plan(
     config_path: str | None = None,
     container_name: str | None = None,
     cidfile: str = "container.id",
+    cache_reset: bool = False,
 ) -> LaunchPlan:
     """Translate one configuration. ``omit`` lists knobs left to the engine's own defaults.
+    ``cache_reset``: the server will be asked to empty its prefix cache between benchmark runs,
+    so the launch gets what the engine needs for that endpoint (nothing in a deployment).
 
     With ``choice.container`` the engine listens on 0.0.0.0 inside the container and the argv is
     the ``docker run`` line (``container_name`` and ``cidfile`` identify the container; ``host`` is
@@ -139,6 +142,8 @@ def build_plan(
                        if spec.config_file.format == "yaml" else json.dumps(config_tree, indent=2))
         argv += [spec.config_file.flag, config_path or config_name]
     env = {**spec.env, **(folder.env if folder else {}), **{k: expand(v) for k, v in choice.env.items()}}
+    if cache_reset and spec.prefix_cache_reset is not None:
+        env.update(spec.prefix_cache_reset.env)
     launch = None
     if choice.container is not None:
         launch = ContainerLaunch(choice.container.runtime, choice.container.image,

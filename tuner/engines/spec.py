@@ -241,6 +241,16 @@ class Kit(_Strict):
     source: str = Field(min_length=1)
 
 
+class CacheReset(_Strict):
+    """How to empty a running server's prefix cache, so that each of several benchmark runs on one
+    launch starts from the same cache state (vLLM's own sweep resets it between runs)."""
+
+    path: str
+    method: Literal["GET", "POST"] = "POST"
+    env: dict[str, str] = {}  # what the launch needs for the endpoint to exist
+    source: str
+
+
 class EngineSpec(_Strict):
     name: str
     display_name: str
@@ -264,6 +274,7 @@ class EngineSpec(_Strict):
     readiness: Readiness = Readiness()
     metrics_path: str | None = None
     metrics: Metrics | None = None
+    prefix_cache_reset: CacheReset | None = None
     config_file: ConfigFile | None = None
     request: Request = Request()
     knobs: dict[str, Knob] = {}

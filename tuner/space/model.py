@@ -156,6 +156,9 @@ class Workload(BenchSettings):
     # Stop the benchmark after this long; requests still running count as failed. For configs
     # that serve one request at a time, which would otherwise take hours.
     max_duration_s: float | None = Field(None, gt=0)
+    # With ``objective.max_load`` over several workloads: this workload's load (rate or
+    # concurrency) is the searched load times this, as in a traffic mix where it keeps its share.
+    load_scale: float = Field(1.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> "Workload":
@@ -409,8 +412,12 @@ class Space(_Strict):
                 raise ValueError("workload names must be unique")
         if self.fidelity and (self.objective.multi or len(self.all_workloads()) > 1):
             raise ValueError("fidelity screening needs one objective and one workload")
-        if self.objective.max_load and (self.fidelity or len(self.all_workloads()) > 1):
-            raise ValueError("max_load works on one workload, without fidelity screening")
+        if self.objective.max_load and self.fidelity:
+            raise ValueError("max_load works without fidelity screening")
+        if (self.objective.max_load and len(self.all_workloads()) > 1
+                and self.objective.aggregate != "worst"):
+            raise ValueError("max_load over several workloads is the highest load that every one "
+                             "sustains: set objective.aggregate: worst")
         if self.sampler == "greedy" and self.objective.multi:
             raise ValueError("sampler greedy needs a single objective")
         if self.quality is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -44,6 +44,9 @@ class SamplerSpec:
     multi_objective: bool
     n_trials: int | None
     study_seed: int | None = None
+    # Each engine's own documented defaults, where a space searches several engines: one knob
+    # name can default differently per engine (SGLang's memory fraction is not vLLM's).
+    engine_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 SAMPLERS: Registry[Callable[[SamplerSpec], optuna.samplers.BaseSampler]] = Registry("sampler")
@@ -113,7 +116,7 @@ def _grid(s: SamplerSpec) -> optuna.samplers.BaseSampler:
 def _greedy(s: SamplerSpec) -> optuna.samplers.BaseSampler:
     if s.multi_objective:
         raise InputError("sampler 'greedy' needs a single objective")
-    return GreedySampler(s.defaults, seed=s.seed)
+    return GreedySampler(s.defaults, seed=s.seed, engine_defaults=s.engine_defaults)
 
 
 def make_sampler(name: str, spec: SamplerSpec) -> optuna.samplers.BaseSampler:
@@ -150,15 +153,19 @@ _TRIED = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)
 
 class GreedySampler(optuna.samplers.BaseSampler):
     """The manual procedure of the motivating study: defaults first, then one knob at a time
-    through its ladder, keeping the best value of each knob before moving on.
+    through its ladder, keeping the best value of each knob before moving on. With several
+    engines the engine is the first knob, and each engine is tried at its own defaults
+    (``engine_defaults``), as a person compares engines before tuning the fastest.
 
     Stateless: the next config is derived from the finished trials, so it resumes and replays
     deterministically. Params the procedure has not reached stay at their defaults. Once every
     knob's ladder is done it keeps proposing the incumbent (callers stop at their budget).
     """
 
-    def __init__(self, defaults: dict[str, Any], *, seed: int | None = None):
+    def __init__(self, defaults: dict[str, Any], *, seed: int | None = None,
+                 engine_defaults: dict[str, dict[str, Any]] | None = None):
         self.defaults = dict(defaults)
+        self.engine_defaults = dict(engine_defaults or {})
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._plans: dict[int, dict[str, Any]] = {}
 
@@ -194,12 +201,15 @@ class GreedySampler(optuna.samplers.BaseSampler):
             deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
         distributions = _distributions(study)
         tried = [t.params for t in history] + running
-        incumbent = dict(self.defaults)
+        incumbent = self._at_defaults(dict(self.defaults))
         if incumbent and not _seen(incumbent, tried):
             return incumbent
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         for name, dist in distributions.items():
-            candidates = [{**incumbent, name: v} for v in ladder(dist)]
+            if name == ENGINE_PARAM:
+                candidates = [self._at_defaults({**incumbent, name: v}) for v in ladder(dist)]
+            else:
+                candidates = [{**incumbent, name: v} for v in ladder(dist)]
             pending = [c for c in candidates if not _seen(c, tried)]
             if pending:
                 return pending[0]
@@ -209,6 +219,10 @@ class GreedySampler(optuna.samplers.BaseSampler):
                 best = max(scored, key=lambda s: s[0]) if maximize else min(scored, key=lambda s: s[0])
                 incumbent = {**incumbent, **best[1]}
         return incumbent
+
+    def _at_defaults(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with its engine's own defaults, where the space gives them."""
+        return {**config, **self.engine_defaults.get(config.get(ENGINE_PARAM), {})}
 
 
 def _distributions(study: optuna.Study) -> dict[str, BaseDistribution]:
@@ -257,6 +271,9 @@ def sampler_for(space: Space, *, worker_seed: bool = False,
     workers with the space's seed would propose the very same configs."""
     engines = list(space.engines)
     defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
+    engine_defaults = {name: {p: param.default for p, param in choice.params.items()
+                              if param.default is not None}
+                       for name, choice in space.engines.items()} if len(engines) > 1 else {}
     grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
     for choice in space.engines.values():
         for pname, p in choice.params.items():
@@ -271,7 +288,8 @@ def sampler_for(space: Space, *, worker_seed: bool = False,
     if worker_seed and seed is not None:
         seed += psutil.Process().pid
     base = make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
-                                                   space.budget.n_trials, study_seed=space.seed))
+                                                   space.budget.n_trials, study_seed=space.seed,
+                                                   engine_defaults=engine_defaults))
     if not predictions:
         return base
     return PriorSampler(base, predictions, maximize=space.objective.direction == "maximize",

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import httpx
+
 from tuner.bench import BenchConfig, run_benchmark
 from tuner.configs.container import unique_name
 from tuner.configs.translate import LaunchPlan, build_plan
@@ -121,7 +123,8 @@ def run_trial(
     plan = build_plan(spec, choice, space.model, knobs, port=port or free_port(), omit=omit,
                       config_path=config_path,
                       container_name=unique_name(space.name, trial_dir.name),
-                      cidfile=str(trial_dir / "container.id"))
+                      cidfile=str(trial_dir / "container.id"),
+                      cache_reset=space.objective.max_load is not None)
     if plan.config_file is not None:
         Path(config_path).write_text(plan.config_file)
     log_path = trial_dir / "server.log"
@@ -234,27 +237,57 @@ def _quality(space: Space, plan: LaunchPlan, server: Server, task: ProbeTask, tr
 
 def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: Path,
                      outcome: TrialOutcome) -> None:
-    """Benchmark the one workload at several loads on this server; the best load that met the
-    SLOs becomes the ``max_load`` metric, next to the metrics measured at that load."""
-    ml, workload = space.objective.max_load, space.workload
+    """Benchmark each workload at several loads on this server. A workload's best load that met
+    the SLOs, divided by its ``load_scale``, is the load it sustains; the ``max_load`` metric is
+    the lowest of these (the load every workload sustains), next to the metrics measured there."""
+    ml = space.objective.max_load
     integer = ml.knob == "max_concurrency"
+    sustained: dict[str, float] = {}
+    outcome.load_curve = []
+    runs = 0
+    for workload in space.all_workloads():
+        def measure(load: float, workload: Workload = workload) -> dict:
+            nonlocal runs
+            if runs:  # every run from the same, empty prefix cache, as the first one
+                reset_prefix_cache(server)
+            runs += 1
+            w = workload.model_copy(update={ml.knob: int(load) if integer else load,
+                                            "name": f"{workload.name}-{ml.knob}-{load:g}"})
+            result = run_benchmark(bench_config(space, w, plan, server.base_url))
+            _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
+            outcome.client_saturated |= result.client_saturated
+            return dict(result.metrics)
 
-    def measure(load: float) -> dict:
-        w = workload.model_copy(update={ml.knob: int(load) if integer else load,
-                                        "name": f"{ml.knob}-{load:g}"})
-        result = run_benchmark(bench_config(space, w, plan, server.base_url))
-        _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
-        outcome.client_saturated |= result.client_saturated
-        return dict(result.metrics)
+        scale = workload.load_scale
+        best, curve = find_max_load(measure, low=ml.low * scale, high=ml.high * scale,
+                                    probes=ml.probes, slos=space.objective.slos, integer=integer)
+        at_best = next((p.metrics for p in reversed(curve) if p.met and p.load == best),
+                       curve[0].metrics)
+        outcome.workload_metrics[workload.name] = {**at_best, "max_load": best}
+        outcome.load_curve += [{"workload": workload.name, **p}
+                               for p in describe(curve, space.objective.slos)]
+        sustained[workload.name] = best / scale
+        outcome.result_path = trial_dir / f"bench-{workload.name}-{ml.knob}-{curve[-1].load:g}.json"
+        if not server.alive():
+            break
+    limiting = min(sustained, key=sustained.__getitem__)
+    outcome.metrics = {**outcome.workload_metrics[limiting], "max_load": sustained[limiting]}
 
-    best, curve = find_max_load(measure, low=ml.low, high=ml.high, probes=ml.probes,
-                                slos=space.objective.slos, integer=integer)
-    at_best = next((p.metrics for p in reversed(curve) if p.met and p.load == best),
-                   curve[0].metrics)
-    outcome.metrics = {**at_best, "max_load": best}
-    outcome.workload_metrics[workload.name] = outcome.metrics
-    outcome.load_curve = describe(curve, space.objective.slos)
-    outcome.result_path = trial_dir / f"bench-{ml.knob}-{curve[-1].load:g}.json"
+
+def reset_prefix_cache(server: Server) -> None:
+    """Empty the server's prefix cache through the endpoint its engine spec names (none: nothing
+    to do). A reset that fails would leave later runs on a warmer cache than the first: the
+    measurement would not be what it says, so the trial stops."""
+    reset = server.spec.prefix_cache_reset
+    if reset is None:
+        return
+    try:
+        response = httpx.request(reset.method, server.base_url + reset.path, timeout=60)
+    except httpx.HTTPError as exc:
+        raise HarnessError(f"prefix cache reset {reset.method} {reset.path} failed: {exc}") from exc
+    if response.status_code >= 300:
+        raise HarnessError(f"prefix cache reset {reset.method} {reset.path} answered "
+                           f"{response.status_code}: {response.text[:200]}")
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -241,3 +241,26 @@ def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order():
     space = load_space("h200-sglang-grid")
     own, worker = sampler_for(space), sampler_for(space, worker_seed=True)
     assert own._all_grids == worker._all_grids
+
+
+def test_greedy_tries_each_engine_at_its_own_defaults_then_tunes_the_best():
+    """The motivating procedure: every engine at its defaults, keep the best engine, then one knob
+    at a time on it (a knob shared by the engines defaults differently on each)."""
+    engine_defaults = {"vllm": {"mem": 0.92, "seqs": 1024}, "sglang": {"mem": 0.88, "seqs": 1024}}
+
+    def score(trial):
+        engine = trial.suggest_categorical("engine", ["vllm", "sglang"])
+        mem = trial.suggest_categorical("mem", [0.8, 0.88, 0.92])
+        seqs = trial.suggest_categorical("seqs", [64, 256, 1024])
+        return (2 if engine == "sglang" else 1) + mem - abs(seqs - 256) / 1000
+
+    sampler = GreedySampler({"engine": "vllm", "mem": 0.92, "seqs": 1024}, seed=0,
+                            engine_defaults=engine_defaults)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(score, n_trials=6)
+    seen = [dict(t.params) for t in study.trials]
+    assert seen[0] == {"engine": "vllm", "mem": 0.92, "seqs": 1024}
+    assert seen[1] == {"engine": "sglang", "mem": 0.88, "seqs": 1024}   # its own defaults
+    # SGLang wins; its knobs are tuned from its defaults, one at a time
+    assert seen[2:4] == [{"engine": "sglang", "mem": m, "seqs": 1024} for m in (0.8, 0.92)]
+    assert seen[4:6] == [{"engine": "sglang", "mem": 0.92, "seqs": s} for s in (64, 256)]

@@ -55,3 +55,52 @@ def test_max_load_needs_slos():
     with pytest.raises(InputError, match="max_load needs slos"):
         space_from_dict({"name": "x", "model": {"path": "/m"}, "engines": {"vllm": {}},
                          "objective": {"max_load": {"low": 1, "high": 8}}})
+
+
+def _two_workload_space(**objective):
+    return space_from_dict({
+        "name": "mix", "model": {"path": "/nonexistent/model"},
+        "engines": {"vllm": {}},
+        "workloads": [{"name": "chat", "dataset": "random", "num_prompts": 8},
+                      {"name": "long", "dataset": "random", "num_prompts": 8,
+                       "random_input_len": 2000, "random_output_len": 100, "load_scale": 0.25}],
+        "objective": {"slos": {"p99_ttft_ms": 500}, "aggregate": "worst",
+                      "max_load": {"low": 1, "high": 64, "probes": 8}, **objective}})
+
+
+def test_several_workloads_the_load_every_one_sustains(monkeypatch, tmp_path):
+    """Each workload is searched at its own share of the load (``load_scale``); the trial's
+    max_load is the lowest load any workload sustains, in the first workload's units."""
+    from types import SimpleNamespace
+
+    from tuner.trial import runner
+
+    capacity = {"chat": 11.0, "long": 2.0}   # long sustains 2 req/s: 8 in chat's units
+    sent = []
+
+    def fake_benchmark(config):
+        workload, load = config
+        sent.append((workload, load))
+        ttft = 100.0 if load <= capacity[workload] else 5000.0
+        metrics = {"p99_ttft_ms": ttft, "completed": 8, "failed": 0, "request_throughput": load}
+        return SimpleNamespace(metrics=metrics, client_saturated=False, to_json=lambda: metrics)
+
+    monkeypatch.setattr(runner, "bench_config",
+                        lambda space, w, plan, url: (w.name.split("-")[0], w.request_rate))
+    monkeypatch.setattr(runner, "run_benchmark", fake_benchmark)
+    space = _two_workload_space()
+    outcome = runner.TrialOutcome(plan=None, log_path=tmp_path / "log")
+    server = SimpleNamespace(base_url="http://127.0.0.1:1", alive=lambda: True,
+                             spec=SimpleNamespace(prefix_cache_reset=None))
+    runner._search_max_load(space, None, server, tmp_path, outcome)
+    assert [load for w, load in sent if w == "long"][:4] == [0.25, 0.5, 1.0, 2.0]  # scaled loads
+    assert outcome.workload_metrics["chat"]["max_load"] == 11.0
+    assert outcome.workload_metrics["long"]["max_load"] == 2.0
+    assert outcome.metrics["max_load"] == 8.0                      # min(11, 2 / 0.25)
+    assert outcome.metrics["request_throughput"] == 2.0            # measured where it binds
+    assert {p["workload"] for p in outcome.load_curve} == {"chat", "long"}
+
+
+def test_several_workloads_need_the_worst_aggregate():
+    with pytest.raises(InputError, match="aggregate: worst"):
+        _two_workload_space(aggregate="weighted")
