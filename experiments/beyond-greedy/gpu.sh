@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The GPU side of this experiment, on a lent machine with one GPU, torch preinstalled, no network,
+# no container runtime, whose calls carry at most 64 MiB each and whose /tmp lasts while it stays
+# warm. Run from the checkout's root; README.md beside this file gives the calls in order.
+#   stage           keep what this call carried (.kits/<kit>/*, .whl/*, .gpu-state/*) under /tmp
+#   start STEP...   install once (the tuner's missing dependencies, each staged engine kit into its
+#                   own folder), write the model shapes, import carried studies, then run the
+#                   steps in the background, in order: each is a space beside this file, started
+#                   (or resumed, when its study exists) with `tune start`
+#   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
+#   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export
+# Every phase leaves `tune export` of each study in $OUT, so a call cut short still returns data.
+set -uo pipefail
+PHASE="${1:?phase: stage|start|poll|finish}"
+OUT="${OUT:-/tmp/out}"
+STATE=/tmp/bg-state KITS=/tmp/bg-state/kits SITE=/tmp/bg-state/site CARRIED=/tmp/bg-state/carried
+export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$SITE"
+HERE=experiments/beyond-greedy
+TUNE=(python3 -m tuner)
+mkdir -p "$OUT" "$KITS" "$CARRIED" "$TUNER_STUDIES_DIR"
+stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
+alive() { pid=$(cat "$STATE/queue.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
+export_all() {
+  for db in "$TUNER_STUDIES_DIR"/*.db; do
+    [ -f "$db" ] || continue
+    study=$(basename "$db" .db)
+    "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz" >/dev/null 2>&1 || stamp "export of $study failed"
+  done
+  cp "$STATE/queue.log" "$OUT/" 2>/dev/null
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+  ls -la "$OUT"
+}
+
+stamp "phase $PHASE"
+case "$PHASE" in
+stage)
+  for kit in .kits/*/; do
+    [ -d "$kit" ] && mkdir -p "$KITS/$(basename "$kit")" && cp "$kit"* "$KITS/$(basename "$kit")/"
+  done
+  [ -d .whl ] && mkdir -p "$KITS/whl" && cp .whl/* "$KITS/whl/"
+  [ -d .gpu-state ] && cp .gpu-state/* "$CARRIED/" 2>/dev/null
+  du -sh "$KITS"/* "$CARRIED" 2>/dev/null
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  ;;
+start)
+  alive && { echo "steps are running already (pid $pid): poll or finish" >&2; exit 2; }
+  [ -d .gpu-state ] && cp .gpu-state/* "$CARRIED/" 2>/dev/null
+  if [ ! -f "$SITE/.done" ]; then
+    python3 -m pip install -q --no-index --find-links "$KITS/whl" --require-hashes --no-deps \
+      --no-compile --no-cache-dir --target "$SITE" -r "$KITS/whl/manifest.txt" || exit 1
+    touch "$SITE/.done"
+  fi
+  for kit in "$KITS"/*/; do
+    name=$(basename "$kit")
+    [ -f "$kit/install.sh" ] && [ ! -f "$TUNER_CACHE/engines/$name/.tuner-engine.json" ] || continue
+    stamp "installing $name"
+    bash "$kit/install.sh" --target "$TUNER_CACHE/engines/$name" > "$STATE/install-$name.log" 2>&1 \
+      || { tail -n 20 "$STATE/install-$name.log"; exit 1; }
+  done
+  for shape in qwen3-14b qwen3-14b-fp8 qwen3-14b-awq; do
+    [ -f "$TUNER_CACHE/models/$shape/config.json" ] || "${TUNE[@]}" model tiny "$TUNER_CACHE/models/$shape" --shape "$shape" &
+  done
+  wait
+  for archive in "$CARRIED"/*.tar.gz; do
+    [ -f "$archive" ] || continue
+    study=$(basename "$archive" .tar.gz)
+    [ -f "$TUNER_STUDIES_DIR/$study.db" ] || "${TUNE[@]}" import "$archive" || exit 1
+  done
+  steps=("${@:2}")
+  [ ${#steps[@]} -gt 0 ] || { echo "name the steps: ${HERE}/*.yaml stems" >&2; exit 2; }
+  setsid bash "$0" queue "${steps[@]}" >> "$STATE/queue.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/queue.pid"
+  stamp "steps started (pid $(cat "$STATE/queue.pid")): ${steps[*]}"
+  sleep 20; tail -n 5 "$STATE/queue.log"
+  ;;
+queue)   # start's background part, in a session of its own so that it outlives the call
+  trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
+  for step in "${@:2}"; do
+    study=$(sed -n 's/^name: //p' "$HERE/$step.yaml")
+    if [ -f "$TUNER_STUDIES_DIR/$study.db" ]; then verb=(resume "$study"); else verb=(start --space "$HERE/$step.yaml"); fi
+    stamp "step $step: tune ${verb[*]}"
+    "${TUNE[@]}" "${verb[@]}" & child=$!
+    wait "$child"
+    stamp "step $step exited $?"
+  done
+  stamp "every step done"
+  ;;
+poll)
+  for _ in $(seq 1 $(( ${2:-420} / 10 ))); do alive || break; sleep 10; done
+  alive && stamp "running" || stamp "the steps have exited"
+  tail -n 8 "$STATE/queue.log"
+  for db in "$TUNER_STUDIES_DIR"/*.db; do [ -f "$db" ] && "${TUNE[@]}" status "$(basename "$db" .db)" 2>&1 | tail -n 12; done
+  export_all
+  ;;
+finish)
+  if alive; then
+    kill -TERM "$pid"
+    for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    stamp "steps stopped"
+  fi
+  tail -n 8 "$STATE/queue.log"
+  export_all
+  ;;
+*) echo "unknown phase $PHASE" >&2; exit 2 ;;
+esac
+stamp "phase $PHASE done"
