@@ -8,7 +8,7 @@
 #                       worked there (docs/results/h200-transformers.md);
 #              torchao, bitsandbytes: quantization on that image (torchao 0.18.0, bitsandbytes 0.50.2);
 #              any other name is an extra of the tuner itself (dashboard, postgres, ray).
-#   --minimal  leave out what the H200 image already has (scripts/h200-image-packages.txt: torch,
+#   --minimal  leave out what the H200 image already has (engines/hosts/h200-cuda-image.txt: torch,
 #              transformers, tokenizers, numpy, httpx, rich, typer, psutil, uvloop, pyyaml, ...), and
 #              resolve the rest against exactly those versions: the folder fits the device tool's
 #              64 MiB per call.
@@ -98,13 +98,13 @@ extras_spec=""
 [ ${#tuner_extras[@]} -gt 0 ] && extras_spec="[$(IFS=,; echo "${tuner_extras[*]}")]"
 
 HAVE=()
-[ "$MINIMAL" -eq 1 ] && HAVE=(-c scripts/h200-image-packages.txt)
+[ "$MINIMAL" -eq 1 ] && HAVE=(-c engines/hosts/h200-cuda-image.txt)
 echo "resolving for cp${VERSION/./} $PLATFORM..."
 "$PYTHON" -m pip install -q --dry-run --ignore-installed --target "$TMP/site" --report "$TMP/report.json" \
   "${TARGET[@]}" "${HAVE[@]}" "tuner${extras_spec} @ file://$TUNER_WHEEL" "${pins[@]}"
 
 # The wheels to fetch (everything resolved, less what the host has) as hash-pinned requirements.
-"$PYTHON" - "$TMP/report.json" "$MINIMAL" scripts/h200-image-packages.txt "$TMP/fetch.txt" <<'PY'
+"$PYTHON" - "$TMP/report.json" "$MINIMAL" engines/hosts/h200-cuda-image.txt "$TMP/fetch.txt" <<'PY'
 import json, re, sys
 report, minimal, have_file, fetch = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
@@ -149,7 +149,7 @@ for name, version, sha, file in sorted(rows, key=lambda r: r[0].lower()):
         total += size
     lines.append(f"{name}=={version} --hash=sha256:{sha}  # {file}"
                  + (f" {size / 1e6:.2f} MB" if size is not None else ""))
-profile = "minimal (without scripts/h200-image-packages.txt)" if minimal else "full"
+profile = "minimal (without engines/hosts/h200-cuda-image.txt)" if minimal else "full"
 size_note = "dry run: nothing downloaded" if dry else f"{total / 2**20:.1f} MiB"
 header = [
     f"# tuner wheelhouse: {target}, profile {profile}, extras '{extras}'",

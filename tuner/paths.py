@@ -18,6 +18,8 @@ REPO_ROOT = PACKAGE_ROOT.parent  # a checkout's root; in an installed wheel, sit
 _SHIPPED = PACKAGE_ROOT / "_data"
 DATA_ROOT = _SHIPPED if _SHIPPED.is_dir() else REPO_ROOT
 ENGINES_DIR = DATA_ROOT / "engines"
+# `tune engine kit`'s default host: an H200 host's CUDA image, as `pip list --format=freeze` printed it
+HOST_PACKAGES_FILE = ENGINES_DIR / "hosts" / "h200-cuda-image.txt"
 SPACES_DIR = DATA_ROOT / "search_spaces"
 SAMPLES_DIR = PACKAGE_ROOT / "bench" / "samples"
 

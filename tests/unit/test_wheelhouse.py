@@ -66,7 +66,7 @@ def test_dry_run_manifest_for_the_h200_image(tmp_path):
     lines = (out / "manifest.txt").read_text().splitlines()
     header = [line for line in lines if line.startswith("#")]
     assert header[0] == ("# tuner wheelhouse: cp312 manylinux_2_28_x86_64, profile minimal (without "
-                         "scripts/h200-image-packages.txt), extras 'serving'")
+                         "engines/hosts/h200-cuda-image.txt), extras 'serving'")
     assert "--no-index --find-links DIR --require-hashes --no-deps" in header[2]
     rows = [LINE.match(line) for line in lines if not line.startswith("#")]
     assert all(rows), [line for line, m in zip(lines[3:], rows) if not m]
@@ -84,7 +84,7 @@ def test_dry_run_manifest_for_the_h200_image(tmp_path):
         "openai": "1.109.1"}
     assert {"tuner", "optuna", "sqlalchemy", "orjson", "plotly"} <= set(pins)
     # ... and nothing the image already has.
-    image = Path(REPO / "scripts" / "h200-image-packages.txt").read_text().splitlines()
+    image = Path(REPO / "engines" / "hosts" / "h200-cuda-image.txt").read_text().splitlines()
     have = {canonicalize_name(line.split("==")[0]) for line in image if not line.startswith("#")}
     assert {"torch", "transformers", "numpy", "httpx", "tokenizers"} <= have
     assert not have & set(pins)

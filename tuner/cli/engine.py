@@ -9,18 +9,18 @@ import typer
 from rich.table import Table
 
 from tuner.cli.common import App, console
-from tuner.paths import REPO_ROOT
+from tuner.paths import HOST_PACKAGES_FILE
 
 engine_app = App(no_args_is_help=True, help="Engines for offline hosts: wheelhouses in parts, installed into folders.")
-_HOST_FILE = REPO_ROOT / "scripts" / "h200-image-packages.txt"
 
 
 @engine_app.command("kit")
 def kit(
     requirement: str = typer.Argument(..., help="The engine release, e.g. vllm==0.25.1 or sglang==0.5.17."),
     out: Path = typer.Option(..., "--out", help="Folder for the parts, SHA256SUMS, manifest and install.sh."),
-    host_packages: Path = typer.Option(_HOST_FILE, "--host-packages", help="The host's `pip list --format "
-                                       "freeze` (default: the lent H200 image's list)."),
+    host_packages: Path = typer.Option(HOST_PACKAGES_FILE, "--host-packages", show_default=False,
+                                       help="The host's `pip list --format freeze` (default: an H200 "
+                                       "host's CUDA image, engines/hosts/h200-cuda-image.txt)."),
     python_version: str = typer.Option("3.12", "--python-version", help="The host's Python X.Y."),
     platform: str = typer.Option("manylinux_2_39_x86_64", help="The host's platform tag (glibc 2.39 on the H200 image)."),
     split: Optional[str] = typer.Option(None, help="Largest part, e.g. 60M, for a size-limited transfer."),

@@ -87,7 +87,7 @@ def test_vllm_dry_run_resolves_against_the_h200_image_without_downloading(tmp_pa
         pytest.skip(str(exc))
     out = tmp_path / "kit"
     proc = run_tune("engine", "kit", "vllm==0.25.1", "--out", str(out), "--dry-run",
-                    "--host-packages", str(REPO / "scripts" / "h200-image-packages.txt"), timeout=1200)
+                    "--host-packages", str(REPO / "engines" / "hosts" / "h200-cuda-image.txt"), timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "kit.json").read_text())
     wheels = {w["name"].lower().replace("_", "-"): w for w in doc["wheels"]}
