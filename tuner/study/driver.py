@@ -28,6 +28,7 @@ from tuner.runtime import interrupts
 from tuner.study.executors import Executor, Finished, Hooks, make_executor
 from tuner.study.heartbeat import Heartbeat
 from tuner.study.lifecycle import StudyHandle, finished_count
+from tuner.study.prelaunch import PreLaunch
 from tuner.study.recorder import TrialRecorder
 from tuner.study.recovery import recover, sigterm_as_interrupt, single_writer
 from tuner.study.samplers import exhausted
@@ -88,6 +89,7 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
     timeout_s = timeout_s or handle.space.budget.timeout_s
     deadline = time.monotonic() + timeout_s if timeout_s else None
     recorder = recorder or TrialRecorder(handle.study, handle.space, handle.url)
+    prelaunch = PreLaunch(recorder)
     study = handle.study
     state = _State()
     in_flight: dict[Any, tuple[optuna.Trial, TrialTask]] = {}
@@ -114,7 +116,7 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                     elif done + running >= total:
                         break  # the budget is reached, or other workers are running the rest
                     else:
-                        _start_one(handle, executor, recorder, reporter, state, in_flight, total)
+                        _start_one(handle, executor, recorder, prelaunch, reporter, state, in_flight, total)
                 if not in_flight:
                     if state.stop is not None or finished_count(study) >= total:
                         return
@@ -125,7 +127,7 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                 frozen = _finish(study, recorder, trial, ended)
                 state.asked.pop(trial.number, None)
                 reporter.trial_finished(frozen)
-                _release_held(study, executor, recorder, reporter, state, in_flight, frozen)
+                _release_held(study, executor, recorder, prelaunch, reporter, state, in_flight, frozen)
                 state.harness_errors = state.harness_errors + 1 if frozen.state == TrialState.FAIL else 0
                 if state.harness_errors >= MAX_HARNESS_ERRORS:
                     raise HarnessError(
@@ -151,8 +153,8 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
             beats.close()
 
 
-def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder, reporter: Reporter,
-               state: _State, in_flight: dict, total: int) -> None:
+def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder, prelaunch: PreLaunch,
+               reporter: Reporter, state: _State, in_flight: dict, total: int) -> None:
     """Ask for one trial; answer it without a launch if its config is known, else submit it."""
     study = handle.study
     with warnings.catch_warnings():
@@ -162,15 +164,15 @@ def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder,
     state.asked[trial.number] = trial
     task = prepare(handle, trial, recorder)
     reporter.trial_started(task.number, finished_count(study) + len(in_flight) + 1, total, task.label)
-    answer = recorder.without_launch(trial, task.engine, task.knobs, task.omit,
-                                     check_rules=checks_rules(handle.space, trial, task.engine))
+    answer = prelaunch.decide(trial, task.engine, task.knobs, task.omit,
+                              check_rules=checks_rules(handle.space, trial, task.engine))
     if answer is not None:
         frozen = _tell(study, trial, answer.state, answer.values)
         state.asked.pop(trial.number, None)
         reporter.trial_finished(frozen)
         state.unlaunched_in_a_row += 1
         return
-    if not recorder.queued(trial) and any(t.params == trial.params for t, _ in in_flight.values()):
+    if not prelaunch.queued(trial) and any(t.params == trial.params for t, _ in in_flight.values()):
         state.held.append((trial, task))
         state.unlaunched_in_a_row += 1
         return
@@ -185,13 +187,14 @@ def _submit(executor: Executor, recorder: TrialRecorder, reporter: Reporter, in_
 
 
 def _release_held(study: optuna.Study, executor: Executor, recorder: TrialRecorder,
-                  reporter: Reporter, state: _State, in_flight: dict, ended: FrozenTrial) -> None:
+                  prelaunch: PreLaunch, reporter: Reporter, state: _State, in_flight: dict,
+                  ended: FrozenTrial) -> None:
     """The trials held for ``ended``'s config repeat its measurement; if it measured nothing (the
     tuner failed), the first of them launches instead."""
     twins = [(t, task) for t, task in state.held if t.params == ended.params]
     state.held = [h for h in state.held if h not in twins]
     for trial, task in twins:
-        answer = recorder.reuse(trial, task.engine)
+        answer = prelaunch.reuse(trial, task.engine)
         if answer is None:
             _submit(executor, recorder, reporter, in_flight, trial, task)
             continue
