@@ -1,4 +1,4 @@
-"""Fidelity: our benchmark client vs `vllm bench serve`, side by side on one real vLLM server.
+"""Client parity: our benchmark client vs `vllm bench serve`, side by side on one real vLLM server.
 
 One vLLM server at the space's engine defaults (cpu-smoke's CPU engine unless --space names
 another, e.g. h200-vllm's installed folder on the H200), prefix caching off: every run sends the
@@ -10,11 +10,11 @@ client. Workloads: random-128-32 and sharegpt (--prompts prompts, --seed), and "
 own workload (its dataset, prompts, rate and seed; --request-rate paces it instead, so that TTFT
 is mostly one prefill rather than a wait in the queue a burst builds). Prints each metric's B/A
 ratio per pair and the median and spread over pairs, and the targets (throughput within 1 %, mean
-TTFT and TPOT within 3 %); writes benchmarks/data/fidelity-<date>.json (or --out).
+TTFT and TPOT within 3 %); writes benchmarks/data/client-parity-<date>.json (or --out).
 
-    .venv/bin/python benchmarks/fidelity.py [--pairs 3] [--prompts 200]
-    python3 -m benchmarks.fidelity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200
-    python3 -m benchmarks.fidelity --space h200-vllm --workloads space --request-rate 16 --pairs 3 --out F
+    .venv/bin/python benchmarks/client_parity.py [--pairs 3] [--prompts 200]
+    python3 -m benchmarks.client_parity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200
+    python3 -m benchmarks.client_parity --space h200-vllm --workloads space --request-rate 16 --pairs 3 --out F
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def main() -> None:
                     help="pin both clients to this core, so neither client's CPU is taken from "
                          "the engine")
     ap.add_argument("--out", type=Path, default=None,
-                    help="result file (default: benchmarks/data/fidelity-<date>.json)")
+                    help="result file (default: benchmarks/data/client-parity-<date>.json)")
     args = ap.parse_args()
     if args.request_rate is not None and not args.request_rate > 0:
         ap.error(f"--request-rate must be > 0 requests/s, got {args.request_rate}")
@@ -133,7 +133,7 @@ def main() -> None:
         os.sched_setaffinity(0, {args.client_core})  # inherited by `vllm bench serve`
     choice = base.model_copy(update=update)
     plan = build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
-    tmp = Path(tempfile.mkdtemp(prefix="tuner-fidelity-"))
+    tmp = Path(tempfile.mkdtemp(prefix="tuner-client-parity-"))
     client = vllm_client(plan)
     chosen = workloads(args.prompts, args.seed, space, args.request_rate)
     unknown = set(args.workloads.split(",")) - set(chosen)
@@ -192,7 +192,7 @@ def main() -> None:
            "pairs": args.pairs, "prompts": args.prompts, "seed": args.seed,
            "request_rate": args.request_rate,
            "server": plan.command_line(), "summary": summary, "runs": results}
-    out = args.out or REPO_ROOT / "benchmarks" / "data" / f"fidelity-{datetime.now():%Y%m%d}.json"
+    out = args.out or REPO_ROOT / "benchmarks" / "data" / f"client-parity-{datetime.now():%Y%m%d}.json"
     out.write_text(json.dumps(doc, indent=2))
     print("\nratio vllm/ours, median [min, max] over pairs")
     for name, metrics in summary.items():

@@ -7,7 +7,7 @@ The steps, in order (a step is done once its commands exit 0; a stopped step run
 a failed one runs again next time, and the steps that need it wait):
 
 - ``sweep``: `vllm bench sweep serve` over h200-vllm-grid (benchmarks/gpu_vllm_sweep.py run);
-- ``fidelity``: tune's client against `vllm bench serve` on one server (benchmarks/fidelity.py);
+- ``fidelity``: tune's client against `vllm bench serve` on one server (benchmarks/client_parity.py);
 - ``prior-25``: `tune start --space h200-vllm-grid --prior-file P -n 4` (study h2h-prior): 25 % of
   the grid's 16 launches, the defaults baseline included; ``prior-25-confirm``: `tune confirm
   --top-k 1 --repeats 1` and the pick saved; ``prior-50``: `tune resume -n` 4 launches more, to 50 %;
@@ -58,7 +58,7 @@ from pathlib import Path
 SPACE = "h200-vllm-grid"
 SGLANG_GRID = "h200-sglang-grid"   # tune's own runner over a small SGLang grid (issue 22, item 2)
 PACED_RATE = 16                    # requests/s: the h200-vllm defaults serve about 37 at rate inf
-# the two fidelity steps: benchmarks/fidelity.py's flags, and the result file in the state
+# the two fidelity steps: benchmarks/client_parity.py's flags, and the result file in the state
 FIDELITY = {"fidelity": (["--pairs", "2"], "fidelity-h200.json"),
             "fidelity-paced": (["--request-rate", str(PACED_RATE), "--pairs", "3"],
                                "fidelity-h200-paced.json")}
@@ -121,7 +121,7 @@ class Campaign:
             return [[sys.executable, "-m", "benchmarks.gpu_vllm_sweep", "run", "--state", str(self.sweep)]]
         if step in FIDELITY:
             flags, out = FIDELITY[step]
-            return [[sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm", "--workloads",
+            return [[sys.executable, "-m", "benchmarks.client_parity", "--space", "h200-vllm", "--workloads",
                      "space", *flags, "--out", str(self.state / out)]]
         if step == "judge":
             return [[sys.executable, "-m", "benchmarks.gpu_judge", "run", "--state", str(self.state)]]

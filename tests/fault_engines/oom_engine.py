@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replays a real vLLM out-of-memory failure through a real process: the startup lines and the
+"""Re-enacts a real vLLM out-of-memory failure through a real process: the startup lines and the
 error text vLLM prints (engine-facts.md Part 2), then exit code 1, as vLLM does."""
 import sys
 import time

@@ -1,4 +1,4 @@
-"""benchmarks/fidelity.py's workloads: both clients are given the same request rate, the space's
+"""benchmarks/client_parity.py's workloads: both clients are given the same request rate, the space's
 own unless --request-rate paces it (the H200 campaign's fidelity-paced step), and a rate that is
 not positive is refused before any server starts."""
 
@@ -8,7 +8,7 @@ import math
 import subprocess
 import sys
 
-from benchmarks.fidelity import workloads
+from benchmarks.client_parity import workloads
 from tests.helpers import REPO
 from tuner.space import load_space
 
@@ -29,7 +29,7 @@ def test_the_space_workload_keeps_its_rate_unless_paced():
 
 
 def test_a_rate_that_is_not_positive_is_refused_with_exit_2():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.fidelity", "--space", "h200-vllm",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.client_parity", "--space", "h200-vllm",
                            "--request-rate", "0", "--out", "/nonexistent/f.json"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--request-rate must be > 0" in done.stderr
