@@ -3,6 +3,7 @@
 import optuna
 import pytest
 
+from tests.helpers import fixture_space
 from tuner.errors import InputError
 from tuner.record import results, schema
 from tuner.record.results import ConfigStats, gain
@@ -238,7 +239,7 @@ def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order():
     from tuner.space.load import load_space
     from tuner.study.samplers import sampler_for
 
-    space = load_space("h200-sglang-grid")
+    space = load_space(fixture_space("h200-sglang-grid"))
     own, worker = sampler_for(space), sampler_for(space, worker_seed=True)
     assert own._all_grids == worker._all_grids
 
