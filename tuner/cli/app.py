@@ -22,7 +22,7 @@ from rich.table import Table
 from tuner import deploy as deploy_mod
 from tuner import study as study_mod
 from tuner.cli import bench as bench_command
-from tuner.cli import dashboard, engine, evaluate, ops, plan
+from tuner.cli import compare, dashboard, engine, evaluate, ops, plan
 from tuner.cli import report as report_command
 from tuner.cli.common import App, console, err, fail
 from tuner.cli.common import url as _url
@@ -452,6 +452,6 @@ def model_tiny(
         console.print(f"FP8 (torchao) variant written to {variant}")
 
 
-for _module in (bench_command, plan, dashboard, engine, evaluate, report_command, ops):
+for _module in (bench_command, plan, dashboard, engine, evaluate, report_command, ops, compare):
     _module.register(app)
 
