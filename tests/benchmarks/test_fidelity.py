@@ -1,5 +1,5 @@
 """benchmarks/fidelity.py's workloads: both clients are given the same request rate, the space's
-own unless --request-rate paces it (the H200 campaign's fidelity-paced step), and a rate that is
+own unless --request-rate paces it, and a rate that is
 not positive is refused before any server starts."""
 
 from __future__ import annotations
