@@ -159,7 +159,7 @@ def test_once_configs_are_repeated_a_single_lucky_launch_is_not_recommended():
 @pytest.mark.parametrize("repeat_state", [optuna.trial.TrialState.WAITING,
                                           optuna.trial.TrialState.FAIL])
 def test_a_config_whose_confirm_was_cut_short_still_competes(repeat_state):
-    """The third H200 stay ended while the best config's `tune confirm` repeat ran: the repeated
+    """A study stopped while the best config's `tune confirm` repeat ran: the repeated
     baselines must not be recommended over it, while a config no repeat was queued for still does
     not compete with repeated ones."""
     study = optuna.create_study(direction="maximize")
@@ -221,7 +221,7 @@ def test_a_grid_study_resumed_by_another_worker_measures_each_point_once():
     first = make_sampler("grid", spec(0))
     study = optuna.create_study(direction="maximize", sampler=first)
     seen = []
-    for _ in range(3):                                    # the first stay
+    for _ in range(3):                                    # the first run
         trial = study.ask()
         seen.append(tuple(trial.suggest_categorical(k, v) for k, v in GRID.items()))
         study.tell(trial, 1.0)
