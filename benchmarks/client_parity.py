@@ -1,7 +1,7 @@
 """Client parity: our benchmark client vs `vllm bench serve`, side by side on one real vLLM server.
 
 One vLLM server at the space's engine defaults (cpu-smoke's CPU engine unless --space names
-another, e.g. h200-vllm's installed folder on the H200), prefix caching off: every run sends the
+another, e.g. a GPU space), prefix caching off: every run sends the
 same prompts, and a cache warmed by the previous run would favour whichever client runs second.
 Then, per workload, pairs of runs A = tuner.bench (what `tune bench` runs), B = `vllm bench serve`
 from the same install the server runs from, with the same dataset, seed, request rate and
@@ -13,8 +13,7 @@ ratio per pair and the median and spread over pairs, and the targets (throughput
 TTFT and TPOT within 3 %); writes benchmarks/data/client-parity-<date>.json (or --out).
 
     .venv/bin/python benchmarks/client_parity.py [--pairs 3] [--prompts 200]
-    python3 -m benchmarks.client_parity --space h200-vllm --workloads space --pairs 2 --out F   # on the H200
-    python3 -m benchmarks.client_parity --space h200-vllm --workloads space --request-rate 16 --pairs 3 --out F
+    python -m benchmarks.client_parity --space SPACE --workloads space --request-rate 16 --pairs 3 --out F
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from tuner.paths import REPO_ROOT, SAMPLES_DIR, expand
 from tuner.runtime import launcher, procgroup
 from tuner.space import Space, load_space
 
-# metric -> largest |ratio - 1| of the medians that meets issue 22's target
+# metric -> largest |ratio - 1| of the medians that meets the target
 TARGETS = {"total_token_throughput": 0.01, "mean_ttft_ms": 0.03, "mean_tpot_ms": 0.03}
 METRICS = ("total_token_throughput", "output_throughput", "request_throughput", "mean_ttft_ms",
            "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "duration")

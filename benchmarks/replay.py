@@ -15,7 +15,7 @@ measured full repeats.
     .venv/bin/python benchmarks/replay.py                        # 50 seeds, every strategy, plots
     PYTHONPATH=/tmp/torch-gp .venv/bin/python benchmarks/replay.py   # GP too (needs torch)
 
-A warm start from another grid (issue 13.7: the same knobs measured on another workload):
+A warm start from another grid (the same knobs measured on another workload):
 ``--warm-start-grid OTHER.json`` adds the strategy ``tpe-warm``, a study whose knowledge is the other
 grid's measured means, queued and fed to the prior sampler as ``tune start --warm-start`` does
 (``tuner.study.knowledge.queue``, ``sampler_for(space, predictions=...)``).

@@ -1,4 +1,4 @@
-"""Wall clock to the same best value, for studies of one space run different ways (issue 25: one
+"""Wall clock to the same best value, for studies of one space run different ways (for example one
 process over both GPUs, or one worker per GPU on one journal file).
 
 The best values differ between runs, so "which was faster" needs one target both reached: the worse

@@ -1,7 +1,7 @@
 """How much each benchmark client adds to TTFT: client TTFT minus the server's own first-token time.
 
-On the H200 (docs/benchmark-client.md, "On the H200"), paced at 16 requests/s, `vllm bench serve`
-measured a mean TTFT about 2 ms (6 %) longer than our client on the same server, in every pair. A
+On an H200 (docs/benchmark-client.md), paced at 16 requests/s, `vllm bench serve` measured a
+mean TTFT about 2 ms (6 %) longer than our client on the same server, in every pair. A
 client's TTFT runs from its start timestamp to the moment it parses the first token chunk, so it
 includes the client's own work on the way out (JSON-encoding, connection pool, writing the
 request) and on the way in (reading and parsing the first chunk). Which client is closer to the

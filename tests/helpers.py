@@ -20,6 +20,12 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 DATA = TESTS / "data"           # engine flag sets, captured engine logs
 FAULT_ENGINES = TESTS / "fault_engines"
+SPACES = DATA / "spaces"        # GPU spaces used as fixtures; the wheel ships only user-facing ones
+
+
+def fixture_space(name: str) -> str:
+    """The path of a fixture space under tests/data/spaces/, for ``load_space`` or ``--space``."""
+    return str(SPACES / f"{name}.yaml")
 TUNE = Path(sys.executable).parent / "tune"  # the console script of the venv running the tests
 
 

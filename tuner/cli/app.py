@@ -6,6 +6,7 @@ import optuna
 
 from tuner.cli import (
     bench,
+    compare,
     dashboard,
     engine,
     evaluate,
@@ -23,5 +24,6 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progres
 app = App(add_completion=False, no_args_is_help=True,
           help="Find the fastest way to serve an LLM on given hardware.")
 
-for _group in (study, results, transfer, model, bench, plan, dashboard, engine, evaluate, report, ops):
+for _group in (study, results, transfer, model, bench, plan, dashboard, engine, evaluate, report,
+               compare, ops):
     _group.register(app)

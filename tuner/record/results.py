@@ -86,7 +86,7 @@ def best_config(study: optuna.Study) -> ConfigStats | None:
     repeated ones compete: a single lucky launch must not beat a median of several (seen in the
     head-to-head with vLLM's sweep, docs/vs-vllm-sweep.md, where load drifted between launches).
     A config whose repeats were queued but are not all measured yet (the confirm was stopped) still
-    competes: on the H200 a stay ended while the best config's repeat ran, and the repeated
+    competes: a study stopped while the best config's repeat ran, and the repeated
     baselines would otherwise have been recommended over a config a third faster."""
     groups = group_configs(study)
     if not groups:

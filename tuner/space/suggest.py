@@ -106,7 +106,7 @@ def candidate_configs(space: Space, engine: str, n: int, seed: int = 0,
                       fixed: dict[str, Scalar] | None = None) -> list[tuple[dict, dict]]:
     """The configs to ask a performance model about: every config of the engine when its params
     are all discrete and number at most ``n``, else ``n`` random ones. Random draws of a small
-    grid repeat themselves (16 draws of h200-vllm-grid's 16 configs gave 6 distinct), which left
+    grid repeat themselves (16 draws of a 16-config grid gave 6 distinct), which left
     most of the grid without a prediction."""
     params = space.engines[engine].params
     values = {name: grid_values(p) for name, p in params.items() if name not in (fixed or {})}

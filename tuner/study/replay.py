@@ -10,8 +10,8 @@ launch of a config in seed s draws the same measured launch whichever strategy a
 
 A grid of several engines keys its points by ``engine`` too (a knob named ``ENGINE_PARAM``), and a
 conditional knob that a config does not have (SGLang's max_num_tokens without chunked prefill) is
-None in its key. Each point carries its own costs, so a grid may be simulated (benchmarks/
-replay_gpu.py builds one per GPU landscape) as well as measured.
+None in its key. Each point carries its own costs, so a grid may be simulated (for example from a performance
+model's estimates) as well as measured.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class SamplerSpec:
     documented defaults (greedy starts there), the finite grid of every param (None when a param is
     continuous), and the space's own seed (``study_seed``), the same in every process of a study
     where ``seed`` is a worker's own: what numbers the grid's points must not differ between the
-    workers and the stays that share the study."""
+    workers and the resumed runs that share the study."""
 
     seed: int | None
     defaults: dict[str, Any]

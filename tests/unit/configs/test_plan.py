@@ -6,6 +6,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.helpers import fixture_space
+
 from tuner.cli import app
 from tuner.configs.plan import build_plan_report
 from tuner.engines.hardware import profile
@@ -130,7 +132,7 @@ def test_every_shipped_space_plans_on_its_own_gpu():
     for space, gpu in [("a100-throughput", "a100-sxm-80gb"), ("h100-throughput", "h100-sxm-80gb"),
                        ("h200-throughput", "h200-141gb"), ("rtx4090-24gb", "rtx-4090"),
                        ("cpu-smoke", "cpu-avx2"), ("cpu-transformers", "cpu-avx2"),
-                       ("h200-quality", "h200-141gb")]:
+                       (fixture_space("h200-quality"), "h200-141gb")]:
         report = build_plan_report(load_space(space), profile(gpu), n_samples=2)
         for ep in report.engines:
             assert all(c.error is None for c in ep.configs), (space, ep.engine)
@@ -138,7 +140,7 @@ def test_every_shipped_space_plans_on_its_own_gpu():
 
 
 def test_the_h200_quality_plan_shows_the_guardrail_and_the_fp8_checkpoint(cli):
-    out = cli("plan", "--space", "h200-quality", "--gpu", "h200-141gb", "--samples", "8").output
+    out = cli("plan", "--space", fixture_space("h200-quality"), "--gpu", "h200-141gb", "--samples", "8").output
     assert ("quality reference arm quality-reference (transformers, dtype bfloat16, quantization "
             "none, KV cache bfloat16) runs first") in out
     assert "no logprobs from transformers: tokens compared only" in out

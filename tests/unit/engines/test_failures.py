@@ -1,4 +1,4 @@
-"""Failure classification on real engine logs (captured by benchmarks/capture_failure_logs.py) and on
+"""Failure classification on real engine logs (captured by scripts/capture_failure_logs.py) and on
 the documented texts of failures that cannot be reproduced on a CPU machine."""
 
 import re

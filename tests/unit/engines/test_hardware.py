@@ -31,7 +31,7 @@ def test_detect_gpus(fake_gpus):
                                             ("", 0), ("0,1,2,3", 2)])
 def test_detect_counts_only_the_visible_gpus(fake_gpus, monkeypatch, visible, count):
     """NVML lists the host's GPUs whatever CUDA_VISIBLE_DEVICES says; a worker pinned to one GPU
-    (benchmarks/gpu_2gpu_study.sh) must plan for one."""
+    (one worker per GPU on a shared study) must plan for one."""
     fake_gpus(A100_NVML)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert hardware.detect().count == count

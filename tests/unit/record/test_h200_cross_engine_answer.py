@@ -1,5 +1,5 @@
-"""`tune best` on the real cross-engine H200 study (docs/results/h200-engines-prior.tar.gz): the
-stay ended while `tune confirm` repeated the best config, after both engines' defaults had been
+"""`tune best` on a real cross-engine H200 study (experiments/h200-2026-12/data/): the study was
+stopped while `tune confirm` repeated the best config, after both engines' defaults had been
 repeated. The answer is the config a third faster, judged against each engine's defaults."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.helpers import run_tune
 from tuner.paths import REPO_ROOT
 
-ARCHIVE = REPO_ROOT / "docs" / "results" / "h200-engines-prior.tar.gz"
+ARCHIVE = REPO_ROOT / "experiments" / "h200-2026-12" / "data" / "h200-engines-prior.tar.gz"
 
 
 def test_best_is_the_unconfirmed_pick_against_each_engines_defaults(studies: Path) -> None:

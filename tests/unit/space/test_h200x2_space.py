@@ -1,4 +1,4 @@
-"""The two-H200 vLLM space (issue 25): it loads, `tune plan` prunes what cannot start on two GPUs
+"""The two-H200 vLLM space (a fixture): it loads, `tune plan` prunes what cannot start on two GPUs
 and on one, with the rules' reasons, and the launches carry the parallel flags and the NCCL env."""
 
 import json
@@ -13,7 +13,7 @@ from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import load_engine
 from tuner.space import load_space, space_from_dict
 from tuner.yaml_io import load_yaml
-from tuner.paths import SPACES_DIR
+from tests.helpers import SPACES, fixture_space
 
 # Qwen3-14B's published attention shape (engines/models/shapes.yaml)
 QWEN3_14B = {"architectures": ["Qwen3ForCausalLM"], "num_attention_heads": 40,
@@ -39,8 +39,8 @@ def _regions(space, gpu):
             for r in build_plan_report(space, profile(gpu), n_samples=0).regions}
 
 
-def test_the_space_loads_with_the_issue_knobs(cache):
-    s = load_space("h200x2-vllm")
+def test_the_space_loads_with_the_parallel_knobs(cache):
+    s = load_space(fixture_space("h200x2-vllm"))
     params = s.engines["vllm"].params
     assert params["tensor_parallel"].choices == [1, 2] and params["data_parallel"].choices == [1, 2]
     assert params["quantization"].choices == ["none", "fp8"] and s.model.variants == {}  # online FP8
@@ -55,7 +55,7 @@ def test_the_space_loads_with_the_issue_knobs(cache):
 
 
 def test_two_gpus_prune_only_tp_times_dp_over_two(cache):
-    regions = _regions(load_space("h200x2-vllm"), "h200-141gb-x2")
+    regions = _regions(load_space(fixture_space("h200x2-vllm")), "h200-141gb-x2")
     parallel = {k: v for k, v in regions.items()
                 if {n for n, _ in k} & {"tensor_parallel", "data_parallel"}}
     (where, verdicts), = parallel.items()
@@ -65,7 +65,7 @@ def test_two_gpus_prune_only_tp_times_dp_over_two(cache):
 
 
 def test_one_gpu_prunes_tp2_and_dp2_and_the_tp2_baseline(cache):
-    space = load_space("h200x2-vllm")
+    space = load_space(fixture_space("h200x2-vllm"))
     regions = _regions(space, "h200-141gb")
     for where in ((("tensor_parallel", 2),), (("data_parallel", 2),)):
         assert [v.rule_id for v in regions[where]] == ["vllm-tp-dp-exceeds-gpus"]
@@ -77,7 +77,7 @@ def test_one_gpu_prunes_tp2_and_dp2_and_the_tp2_baseline(cache):
 
 
 def test_the_heads_rule_prunes_tp_that_does_not_divide_40_heads(cache):
-    data, _ = load_yaml(SPACES_DIR / "h200x2-vllm.yaml", "space")
+    data, _ = load_yaml(SPACES / "h200x2-vllm.yaml", "space")
     data["engines"]["vllm"]["params"]["tensor_parallel"]["choices"] = [1, 2, 3, 4]
     regions = _regions(space_from_dict(data), "h200-141gb-x4")
     tp3 = regions[(("tensor_parallel", 3),)]  # whatever quantization: there is one checkpoint
@@ -87,7 +87,7 @@ def test_the_heads_rule_prunes_tp_that_does_not_divide_40_heads(cache):
 
 
 def test_the_argv_has_the_parallel_flags_and_multicast_off(cache):
-    space = load_space("h200x2-vllm")
+    space = load_space(fixture_space("h200x2-vllm"))
     knobs = {"tensor_parallel": 2, "data_parallel": 1, "quantization": "fp8", "max_num_seqs": 256,
              "max_num_tokens": 8192, "chunked_prefill": True, "gpu_memory_utilization": 0.9,
              "max_seq_len": 4096}
@@ -104,7 +104,7 @@ def test_the_argv_has_the_parallel_flags_and_multicast_off(cache):
 
 
 def test_the_defaults_baseline_passes_no_parallel_flag(cache):
-    space = load_space("h200x2-vllm")
+    space = load_space(fixture_space("h200x2-vllm"))
     params = space.engines["vllm"].params
     omit = frozenset(params) | {"max_seq_len"}
     knobs = {k: p.default for k, p in params.items() if p.default is not None}

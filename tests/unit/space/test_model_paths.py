@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.helpers import fixture_space
 from tuner.cli.app import app
 from tuner.engines.model_config import read_model_config
 from tuner.paths import SPACES_DIR
@@ -103,12 +104,12 @@ def test_plan_for_another_gpu_warns_and_plans(tmp_path, monkeypatch):
     """The model of a GPU space lives on the GPU host: `tune plan --gpu` here still plans it."""
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path))  # no qwen3-8b-random here
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    r = runner.invoke(app, ["plan", "--space", "h200-transformers", "--gpu", "h200-141gb",
+    r = runner.invoke(app, ["plan", "--space", fixture_space("h200-transformers"), "--gpu", "h200-141gb",
                             "--samples", "1"], env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
     assert "warning model.path: ${TUNER_CACHE}/models/qwen3-8b-random" in r.output
     assert "transformers serve" in r.output
-    r = runner.invoke(app, ["plan", "--space", "h200-transformers"])
+    r = runner.invoke(app, ["plan", "--space", fixture_space("h200-transformers")])
     assert r.exit_code == 2 and "model.path: ${TUNER_CACHE}/models/qwen3-8b-random" in r.output
 
 

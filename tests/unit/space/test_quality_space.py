@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.helpers import quality_space
+from tests.helpers import fixture_space, quality_space
 from tuner.errors import InputError
 from tuner.paths import SPACES_DIR
 from tuner.record import schema
@@ -37,7 +37,7 @@ def test_the_default_reference_is_the_checkpoints_own_precision(tmp_path, tiny_m
 
 
 def test_the_h200_quality_space_plans_quantization_against_bf16():
-    s = load_space("h200-quality")
+    s = load_space(fixture_space("h200-quality"))
     assert s.quality.bounds() == {"token_mismatch": 0.3, "exact_match": 0.25}
     assert reference_precision(s)["quantization"] == "none"
     assert reference_precision(s)["dtype"] == "bfloat16"

@@ -11,10 +11,9 @@ import pytest
 import yaml
 
 from tuner.errors import InputError
-from tuner.paths import SPACES_DIR
 from tuner.space import load_space
 from tuner.study.knowledge import carried_predictions, save_predictions
-from tests.helpers import run_tune
+from tests.helpers import SPACES, fixture_space, run_tune
 
 pytest.importorskip("aiconfigurator_core", reason="aiconfigurator-core is not installed: pip install 'tuner[estimate]'")
 
@@ -29,7 +28,7 @@ def qwen3_14b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_saved_predictions_steer_the_same_space_and_rank_online_fp8_first(qwen3_14b: Path, tmp_path: Path) -> None:
-    space = load_space("h200-engines")
+    space = load_space(fixture_space("h200-engines"))
     path = tmp_path / "prior.json"
     saved = save_predictions(space, path)
     found = carried_predictions(space, path)
@@ -41,7 +40,7 @@ def test_saved_predictions_steer_the_same_space_and_rank_online_fp8_first(qwen3_
 
 
 def test_predictions_for_another_space_or_file_are_refused(qwen3_14b: Path, tmp_path: Path) -> None:
-    space = load_space("h200-engines")
+    space = load_space(fixture_space("h200-engines"))
     path = tmp_path / "prior.json"
     save_predictions(space, path)
     doc = json.loads(path.read_text())
@@ -59,10 +58,10 @@ def test_predictions_for_another_space_or_file_are_refused(qwen3_14b: Path, tmp_
 
 def test_plan_saves_them_and_refuses_a_space_without_a_prior(qwen3_14b: Path, tmp_path: Path) -> None:
     out = tmp_path / "p.json"
-    proc = run_tune("plan", "--space", "h200-engines", "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
+    proc = run_tune("plan", "--space", fixture_space("h200-engines"), "--gpu", "h200-141gb", "--samples", "0", "--save-prior", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "saved" in proc.stdout and json.loads(out.read_text())["space"] == "h200-engines"
-    data = yaml.safe_load((SPACES_DIR / "h200-vllm.yaml").read_text())
+    data = yaml.safe_load((SPACES / "h200-vllm.yaml").read_text())
     data.pop("prior")
     no_prior = tmp_path / "no-prior.yaml"
     no_prior.write_text(yaml.safe_dump(data))
@@ -76,5 +75,5 @@ def test_no_prediction_at_all_says_why(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("TUNER_CACHE", str(tmp_path / "empty-cache"))
     path = tmp_path / "prior.json"
     with pytest.raises(InputError, match=r"predicted no config: .*config\.json .*qwen3-14b-shape"):
-        save_predictions(load_space("h200-vllm"), path)
+        save_predictions(load_space(fixture_space("h200-vllm")), path)
     assert not path.exists()

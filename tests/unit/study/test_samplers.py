@@ -3,6 +3,7 @@
 import optuna
 import pytest
 
+from tests.helpers import fixture_space
 from tuner.errors import InputError
 from tuner.record import results, schema
 from tuner.record.results import ConfigStats, gain
@@ -158,7 +159,7 @@ def test_once_configs_are_repeated_a_single_lucky_launch_is_not_recommended():
 @pytest.mark.parametrize("repeat_state", [optuna.trial.TrialState.WAITING,
                                           optuna.trial.TrialState.FAIL])
 def test_a_config_whose_confirm_was_cut_short_still_competes(repeat_state):
-    """The third H200 stay ended while the best config's `tune confirm` repeat ran: the repeated
+    """A study stopped while the best config's `tune confirm` repeat ran: the repeated
     baselines must not be recommended over it, while a config no repeat was queued for still does
     not compete with repeated ones."""
     study = optuna.create_study(direction="maximize")
@@ -220,7 +221,7 @@ def test_a_grid_study_resumed_by_another_worker_measures_each_point_once():
     first = make_sampler("grid", spec(0))
     study = optuna.create_study(direction="maximize", sampler=first)
     seen = []
-    for _ in range(3):                                    # the first stay
+    for _ in range(3):                                    # the first run
         trial = study.ask()
         seen.append(tuple(trial.suggest_categorical(k, v) for k, v in GRID.items()))
         study.tell(trial, 1.0)
@@ -238,7 +239,7 @@ def test_a_worker_seeds_its_grid_choices_but_not_the_grids_order():
     from tuner.space.load import load_space
     from tuner.study.samplers import sampler_for
 
-    space = load_space("h200-sglang-grid")
+    space = load_space(fixture_space("h200-sglang-grid"))
     own, worker = sampler_for(space), sampler_for(space, worker_seed=True)
     assert own._all_grids == worker._all_grids
 

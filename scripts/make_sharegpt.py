@@ -6,7 +6,7 @@ entries the real file has (one-turn conversations, very short prompts, prompts t
 1024-token limit). Text comes from the docstrings of the Python standard library this script runs
 on, read with ``ast`` (nothing is imported or downloaded). Deterministic for a given Python version.
 
-    python benchmarks/make_sharegpt.py [--out tuner/bench/samples/sharegpt_small.json] [--n 400]
+    python scripts/make_sharegpt.py [--out tuner/bench/samples/sharegpt_small.json] [--n 400]
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """benchmarks/client_parity.py's workloads: both clients are given the same request rate, the space's
-own unless --request-rate paces it (the H200 campaign's fidelity-paced step), and a rate that is
+own unless --request-rate paces it, and a rate that is
 not positive is refused before any server starts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from benchmarks.client_parity import workloads
-from tests.helpers import REPO
+from tests.helpers import REPO, fixture_space
 from tuner.space import load_space
 
 
@@ -18,7 +18,7 @@ def _rates(w: dict) -> tuple[float, str]:
 
 
 def test_the_space_workload_keeps_its_rate_unless_paced():
-    space = load_space("h200-vllm")
+    space = load_space(fixture_space("h200-vllm"))
     own = workloads(200, 0, space)["space"]
     assert _rates(own) == (math.inf, "inf")
     assert (own["prompts"], own["seed"]) == (space.workload.num_prompts, space.workload.seed)
@@ -29,7 +29,7 @@ def test_the_space_workload_keeps_its_rate_unless_paced():
 
 
 def test_a_rate_that_is_not_positive_is_refused_with_exit_2():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.client_parity", "--space", "h200-vllm",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.client_parity", "--space", fixture_space("h200-vllm"),
                            "--request-rate", "0", "--out", "/nonexistent/f.json"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--request-rate must be > 0" in done.stderr

@@ -1,0 +1,103 @@
+"""The reality gap of a performance model on a study: its prediction for each config the study
+measured, against the measurement.
+
+Per engine: n, the bias (geometric mean of measured / predicted), the spread sigma of
+log(measured / predicted) between configs, and Spearman's rho between the two orders, the figure
+that says whether the model's ranking can steer a search. Repeats of one config (``tune
+confirm``) are one row, measured as their median, so sigma is the spread between configs, not the
+launch-to-launch noise. Where the study measured both online FP8 and BF16 weights, the FP8 step
+(geometric mean of the FP8 configs over that of the BF16 ones), measured and predicted, is given
+too: a model can rank each half right and still misjudge what FP8 buys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.configs.predict import objective_value, predict
+from tuner.engines.hardware import Hardware
+from tuner.estimate import Estimator
+from tuner.record import schema
+from tuner.study.lifecycle import StudyHandle
+from tuner.study.prior import spearman
+
+
+@dataclass
+class Row:
+    """One measured config: its launches' values, their median, and the model's prediction."""
+
+    engine: str
+    arm: str
+    knobs: dict[str, Any]
+    trials: list[int] = field(default_factory=list)
+    runs: list[float] = field(default_factory=list)
+    predicted: float | None = None
+    unsupported: str | None = None
+
+    @property
+    def measured(self) -> float:
+        return statistics.median(self.runs)
+
+
+def measured_rows(handle: StudyHandle) -> list[Row]:
+    """The study's launched, feasible configs (answers reused from an earlier trial left out)."""
+    rows: dict[tuple[str, str], Row] = {}
+    for t in handle.study.trials:
+        if t.state.name != "COMPLETE" or not t.user_attrs.get(schema.FEASIBLE) or t.value is None:
+            continue
+        if schema.REUSED_FROM in t.user_attrs:
+            continue
+        knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
+        engine = t.params.get("engine") or next(iter(handle.space.engines))
+        row = rows.setdefault((engine, json.dumps(knobs, sort_keys=True)),
+                              Row(engine=engine, arm=t.user_attrs.get(schema.ARM, "search"), knobs=knobs))
+        row.trials.append(t.number)
+        row.runs.append(float(t.value))
+    return list(rows.values())
+
+
+def predicted_rows(handle: StudyHandle, estimator: Estimator, hardware: Hardware) -> list[Row]:
+    """Each measured row with the model's prediction of the study's objective, or why none."""
+    rows = measured_rows(handle)
+    for row in rows:
+        est = predict(estimator, handle.space, row.engine, row.knobs, hardware)
+        row.predicted = objective_value(est, handle.space.objective.metric)
+        row.unsupported = None if row.predicted else (est.unsupported or "no prediction of the objective")
+    return rows
+
+
+def fp8_step(rows: list[Row]) -> dict[str, float] | None:
+    """Online FP8's step over BF16 weights, measured and predicted, when both halves were measured."""
+    halves = {q: [r for r in rows if r.knobs.get("quantization") == q] for q in ("fp8", "none")}
+    if not all(halves.values()):
+        return None
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(statistics.fmean(math.log(v) for v in values))
+
+    return {"n_fp8": len(halves["fp8"]), "n_bf16": len(halves["none"]),
+            "measured": geomean([r.measured for r in halves["fp8"]]) / geomean([r.measured for r in halves["none"]]),
+            "predicted": (geomean([r.predicted or 0.0 for r in halves["fp8"]])
+                          / geomean([r.predicted or 0.0 for r in halves["none"]]))}
+
+
+def gap(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Per engine: n, bias, sigma_log (n >= 2) and spearman_rho (n >= 3) over the rows with a
+    prediction, and the FP8 step where both halves were measured."""
+    out: dict[str, dict[str, Any]] = {}
+    for engine in sorted({r.engine for r in rows}):
+        have = [r for r in rows if r.engine == engine and r.predicted]
+        logs = [math.log(r.measured / r.predicted) for r in have if r.predicted]
+        out[engine] = {
+            "n": len(have),
+            "bias": math.exp(statistics.fmean(logs)) if logs else None,
+            "sigma_log": statistics.stdev(logs) if len(logs) > 1 else None,
+            "spearman_rho": (spearman([r.predicted or 0.0 for r in have], [r.measured for r in have])
+                             if len(have) > 2 else None),
+            "fp8_step": fp8_step(have),
+        }
+    return out
