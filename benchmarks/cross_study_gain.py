@@ -1,5 +1,6 @@
-"""One config of one exported study against a config of another: the change of medians with the
-95 % bootstrap interval `tune best` gives within a study (`tuner.record.results.gain`).
+"""One config of one exported study against a config of another: the change with the interval
+`tune best` gives within a study (`tuner.report.stats.change`: ratio of geometric means, 95 %
+interval from Welch's t on the log values, none below 3 runs a side).
 
 Why: each H200 stay is one study on its own machine, and a pick confirmed in one stay has to be
 judged against baselines repeated in another (docs/results/h200-engines.md, third stay). The
@@ -26,6 +27,7 @@ from tuner.errors import InputError
 from tuner.record import results
 from tuner.record.results import ConfigStats
 from tuner.record.transfer import import_study
+from tuner.report.stats import change
 
 
 def config_of(spec: str, tmp: Path) -> tuple[str, ConfigStats]:
@@ -55,7 +57,8 @@ def main() -> None:
             print(f"{label}: median {best.median:,.1f}")
             for spec in args.bases:
                 base_label, base = config_of(spec, Path(tmp))
-                print(f"  vs {base_label}, median {base.median:,.1f}: {results.gain(best, base).describe()}")
+                c = change(base.values, best.values)
+                print(f"  vs {base_label}: {c.base:,.1f} -> {c.best:,.1f} ({c.means}), {c.describe()}")
         except InputError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)

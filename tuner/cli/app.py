@@ -29,6 +29,7 @@ from tuner.cli.common import url as _url
 from tuner.errors import HarnessError, InputError
 from tuner.record import results, schema
 from tuner.record.storage import default_url, load_optuna_study, study_names
+from tuner.report.stats import MIN_RUNS, change
 from tuner.space import load_space, overridden
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progress, not Optuna's log
@@ -321,9 +322,11 @@ def _print_best(handle: study_mod.StudyHandle) -> bool:
             console.print(f"the baseline {base.arm} is the best config measured: "
                           "no searched config beat it", highlight=False)
         else:
-            g = results.gain(best, base)
-            console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
-                          f"{g.describe()}", highlight=False)
+            c = change(base.values, best.values)
+            hint = ("; `tune confirm` repeats the top configs and the baselines"
+                    if min(c.n_base, c.n_best) < MIN_RUNS else "")
+            console.print(f"vs baseline {base.arm}: {c.base:,.2f} -> {c.best:,.2f} ({c.means}), "
+                          f"{c.describe()}{hint}", highlight=False)
     pick = results.model_pick(handle.study)
     if pick is not None:
         console.print(pick.describe(handle.space.objective.direction == "maximize"), highlight=False)
@@ -368,11 +371,12 @@ def _print_pareto(handle: study_mod.StudyHandle) -> bool:
 def confirm(
     study: str = typer.Argument(..., help="Study name."),
     top_k: int = typer.Option(3, min=1, help="How many of the best searched configs to repeat."),
-    repeats: int = typer.Option(2, min=1, help="Extra launches of each (and of each baseline)."),
+    repeats: int = typer.Option(2, min=1, help="Extra launches of each (and of each baseline); "
+                                "an interval needs 3 runs a side."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
 ) -> None:
     """Re-launch the top configs and the baselines to measure noise; `tune best` then reports
-    medians and a confidence interval."""
+    medians and, from 3 runs a side, a 95 % interval of each change."""
     handle = study_mod.load(study, _url(storage, study))
     added = study_mod.enqueue_repeats(handle, top_k=top_k, repeats=repeats)
     console.print(f"queued {added} repeat launches", highlight=False)
