@@ -193,12 +193,12 @@ def main() -> None:
            "server": plan.command_line(), "summary": summary, "runs": results}
     out = args.out or REPO_ROOT / "benchmarks" / "data" / f"client-parity-{datetime.now():%Y%m%d}.json"
     out.write_text(json.dumps(doc, indent=2))
-    print("\nratio vllm/ours, median [min, max] over pairs")
+    print("\nratio vllm/ours over pairs: median (lowest, highest)")
     for name, metrics in summary.items():
         for m, r in metrics.items():
             verdict = targets[name].get(m)
             mark = "" if verdict is None else f"  target ±{verdict['limit']:.0%}: {'met' if verdict['met'] else 'MISSED'}"
-            print(f"  {name:14s} {m:24s} {r['median_ratio']:.4f} [{r['min']:.4f}, {r['max']:.4f}]{mark}")
+            print(f"  {name:14s} {m:24s} {r['median_ratio']:.4f} ({r['min']:.4f}, {r['max']:.4f}){mark}")
     print(f"written to {out}")
 
 

@@ -277,3 +277,11 @@ def test_launch_counting():
     assert run.score_at_launches(1) == 0.5 and run.score_at_launches(2) == 0.9
     assert run.score_at_trials(2) == 0.5
 
+
+
+def test_greedy_comparison_is_a_paired_ratio_with_the_one_interval_method():
+    # per-seed ratios 1.125, 1.056, 1.176: scipy.stats.t.interval on their logs gives 0.976-1.280
+    assert replay._paired_ratio([(0.9, 0.8), (0.95, 0.9), (1.0, 0.85)]) == (
+        "1.118x greedy's final (geometric mean over seeds, 95% CI 0.976 to 1.280, n=3)")
+    assert replay._paired_ratio([(0.9, 0.8), (0.95, 0.9)]).endswith("n=2, no interval)")
+    assert replay._paired_ratio([(0.0, 0.8), (0.95, 0.9), (1.0, 1.0)]).startswith("no ratio")

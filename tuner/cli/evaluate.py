@@ -13,6 +13,7 @@ from tuner.cli.common import url
 from tuner.report.data import evaluation_rows
 from tuner.report.evaluate import EvaluationResult, evaluate, resolve_workloads
 from tuner.report.markdown import fmt
+from tuner.report.stats import METHOD
 from tuner.study.lifecycle import load
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -24,13 +25,13 @@ err = Console(stderr=True)
 def _print(result: EvaluationResult) -> None:
     table = Table(title=f"baseline {result.summary['baseline']['arm']} (trial "
                         f"{result.baseline.number}) vs trial {result.best.number}: geometric means "
-                        f"of {result.repeats} run(s), change with 95% interval",
+                        f"of {result.repeats} run(s), change with a {METHOD}",
                   title_justify="left")
-    for col in ("workload", "metric", "baseline", "best", "change", "failed requests"):
+    for col in ("workload", "metric", "baseline", "best", "change", "n base/best", "failed requests"):
         table.add_column(col, no_wrap=True)
     for row in evaluation_rows(result.summary):
         table.add_row(row.workload, row.label, fmt(row.baseline), fmt(row.best), row.change.text(),
-                      str(row.failed_requests or ""))
+                      f"{row.change.n_base}/{row.change.n_best}", str(row.failed_requests or ""))
     console.print(table)
 
 

@@ -13,6 +13,7 @@ from tuner import study as study_mod
 from tuner.cli.common import console, url
 from tuner.record import results, schema
 from tuner.record.storage import study_names
+from tuner.report.stats import MIN_RUNS, change
 
 
 def _studies_on_disk() -> list[str]:
@@ -112,9 +113,11 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
             console.print(f"the baseline {base.arm} is the best config measured: "
                           "no searched config beat it", highlight=False)
         else:
-            g = results.gain(best, base)
-            console.print(f"vs baseline {base.arm}: {base.median:,.2f} -> {best.median:,.2f}, "
-                          f"{g.describe()}", highlight=False)
+            c = change(base.values, best.values)
+            hint = ("; `tune confirm` repeats the top configs and the baselines"
+                    if min(c.n_base, c.n_best) < MIN_RUNS else "")
+            console.print(f"vs baseline {base.arm}: {c.base:,.2f} -> {c.best:,.2f} ({c.means}), "
+                          f"{c.describe()}{hint}", highlight=False)
     pick = results.model_pick(handle.study)
     if pick is not None:
         console.print(pick.describe(handle.space.objective.direction == "maximize"), highlight=False)

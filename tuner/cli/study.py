@@ -156,11 +156,12 @@ def resume(
 def confirm(
     study: str = typer.Argument(..., help="Study name."),
     top_k: int = typer.Option(3, min=1, help="How many of the best searched configs to repeat."),
-    repeats: int = typer.Option(2, min=1, help="Extra launches of each (and of each baseline)."),
+    repeats: int = typer.Option(2, min=1, help="Extra launches of each (and of each baseline); "
+                                "an interval needs 3 runs a side."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
 ) -> None:
     """Re-launch the top configs and the baselines to measure noise; `tune best` then reports
-    medians and a confidence interval."""
+    medians and, from 3 runs a side, a 95 % interval of each change."""
     handle = study_mod.load(study, url(storage, study))
     added = study_mod.enqueue_repeats(handle, top_k=top_k, repeats=repeats)
     console.print(f"queued {added} repeat launches", highlight=False)

@@ -1,13 +1,11 @@
-"""Read answers out of a study: the best feasible config, the baselines, and whether the gain is
-real — repeated measurements of one config are grouped, and a gain whose confidence interval
-includes zero is reported as "no significant gain"."""
+"""Read answers out of a study: the best feasible config and the baselines, with the repeated
+measurements of one config grouped (tuner.report.stats judges the change between two groups)."""
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -146,44 +144,6 @@ def describe_quality(record: dict | None) -> str:
         return f"{head}; not measured: {', '.join(missing)}"
     broke = [name for name in failed if name not in missing]
     return head + (f"; over bound: {', '.join(broke)}" if broke else "")
-
-
-@dataclass(frozen=True)
-class Gain:
-    change_pct: float
-    low_pct: float | None    # 95 % bootstrap interval of the change of medians; None when n=1
-    high_pct: float | None
-    n_best: int
-    n_base: int
-
-    @property
-    def significant(self) -> bool | None:
-        if self.low_pct is None:
-            return None
-        return self.low_pct > 0 or self.high_pct < 0
-
-    def describe(self) -> str:
-        head = f"{self.change_pct:+.1f}%"
-        if self.low_pct is None:
-            return (f"{head} (n={self.n_best} vs n={self.n_base}: no interval; "
-                    "`tune confirm` repeats the top configs)")
-        verdict = "significant" if self.significant else "no significant gain"
-        return (f"{head}, 95% CI [{self.low_pct:+.1f}%, {self.high_pct:+.1f}%] "
-                f"(n={self.n_best} vs n={self.n_base}): {verdict}")
-
-
-def gain(best: ConfigStats, base: ConfigStats, *, seed: int = 0, n_boot: int = 4000) -> Gain:
-    """Change of the median, with a percentile-bootstrap interval when both sides were repeated."""
-    change = 100.0 * (best.median - base.median) / base.median
-    if best.n < 2 or base.n < 2:
-        return Gain(change, None, None, best.n, base.n)
-    rng = np.random.default_rng(seed)
-    a, b = np.array(best.values), np.array(base.values)
-    ra = np.median(rng.choice(a, (n_boot, a.size)), axis=1)
-    rb = np.median(rng.choice(b, (n_boot, b.size)), axis=1)
-    ratios = 100.0 * (ra - rb) / rb
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return Gain(change, float(low), float(high), best.n, base.n)
 
 
 @dataclass(frozen=True)

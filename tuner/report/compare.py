@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from tuner.errors import InputError
 from tuner.record import results
-from tuner.record.results import ConfigStats, Gain
+from tuner.record.results import ConfigStats
+from tuner.report.stats import Change, change
 from tuner.study.lifecycle import StudyHandle
 
 
@@ -58,7 +59,7 @@ def bases_of(handle: StudyHandle, trial: int | None) -> list[Config]:
 
 
 def compare(pick: StudyHandle, pick_trial: int | None,
-            others: list[tuple[StudyHandle, int | None]]) -> tuple[Config, list[tuple[Config, Gain]]]:
+            others: list[tuple[StudyHandle, int | None]]) -> tuple[Config, list[tuple[Config, Change]]]:
     """The pick and its gain over each other config; the studies must share one objective."""
     metric = pick.space.objective.metric
     for handle, _ in others:
@@ -66,5 +67,5 @@ def compare(pick: StudyHandle, pick_trial: int | None,
             raise InputError(f"study {handle.name!r} measures {handle.space.objective.metric}, "
                              f"study {pick.name!r} measures {metric}: no common objective to compare")
     best = pick_of(pick, pick_trial)
-    return best, [(base, results.gain(best.stats, base.stats))
+    return best, [(base, change(base.stats.values, best.stats.values))
                   for handle, trial in others for base in bases_of(handle, trial)]

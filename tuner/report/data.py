@@ -19,7 +19,7 @@ from tuner.deploy import serve_command
 from tuner.errors import InputError
 from tuner.record import results, schema
 from tuner.record.results import ConfigStats
-from tuner.report.stats import Change, change
+from tuner.report.stats import MIN_RUNS, Change, change
 from tuner.space import Space, space_from_dict
 from tuner.trial.telemetry import derived
 
@@ -316,7 +316,7 @@ def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats
         return _Comparison([], "", None, None)
     source = (f"search: trial {best.first.number} ({best.n} run(s)) vs trial "
               f"{base.first.number} ({base.n} run(s))")
-    if min(best.n, base.n) < 2:
+    if min(best.n, base.n) < MIN_RUNS:
         source += "; `tune confirm` or `tune evaluate` adds repeats and intervals"
     return _Comparison(_search_rows(study, best, base), source, best.first.number, base.arm)
 

@@ -17,6 +17,7 @@ import plotly.offline
 
 from tuner.report.data import ReportData, TrialRow, feasible_copy
 from tuner.report.markdown import best_value, fmt, runs_note
+from tuner.report.stats import METHOD
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:2rem auto;max-width:1200px;
@@ -143,8 +144,7 @@ def render(study: optuna.Study, data: ReportData) -> str:
     parts.append('<h2 id="workloads">Per workload: baseline vs best</h2>')
     if data.workload_rows:
         parts.append(f'<p class="meta">{_prose(data.comparison_source)}. Values are geometric '
-                     "means over the repeats; change is their ratio, with a 95% Welch t-interval "
-                     "on the log scale.</p>")
+                     f"means over the repeats; change is their ratio, with a {_e(METHOD)}.</p>")
         rows = [[r.workload, r.label, fmt(r.baseline), fmt(r.best),
                  _change_cell(r.change.text(), r.change.pct, r.change.low, r.change.high,
                               r.higher_is_better),

@@ -7,6 +7,7 @@ import statistics
 from typing import Any
 
 from tuner.report.data import ReportData
+from tuner.report.stats import METHOD
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -68,7 +69,7 @@ def render(data: ReportData) -> str:
     out += ["## Per workload: baseline vs best", ""]
     if data.workload_rows:
         out += [f"{data.comparison_source}. Values are geometric means over the "
-                "repeats; change is their ratio, with a 95% Welch t-interval on the log scale.", "",
+                f"repeats; change is their ratio, with a {METHOD}.", "",
                 _table(["workload", "metric", f"baseline ({data.baseline_arm})", f"best (trial {data.contender})", "change",
                         "n base/best", "failed requests"],
                        [[r.workload, r.label, fmt(r.baseline), fmt(r.best), r.change.text(),

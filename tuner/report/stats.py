@@ -1,21 +1,76 @@
-"""How sure a "+x%" is: a t-interval on the ratio of best to baseline, from repeated runs.
+"""How sure a number is: the one interval method behind every interval the tool prints.
 
-The motivating manual study reported one run per config and no intervals; a gain smaller than the
-run-to-run noise is not a gain. Ratios are compared on the log scale (Welch's t on log values), so
-the interval is for the ratio of geometric means and stays positive. No scipy: the t quantile comes
-from the regularised incomplete beta function.
+Throughput and latency are positive and their launch-to-launch noise is multiplicative, so runs
+are compared on the log scale: Student's t on the mean of the log values for one arm (an interval
+for its geometric mean), Welch's t on the difference of the two arms' log means for a comparison
+(an interval for the ratio of geometric means, which stays positive). Below ``MIN_RUNS`` runs on a
+side no interval is given: with two runs the t quantile has one degree of freedom and the
+interval says more about the quantile than about the engine. scipy is not a dependency of the
+base package, so the t quantile comes from the regularised incomplete beta function.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+MIN_RUNS = 3
+LEVEL = 0.95
+NOT_POSITIVE = "a value <= 0, no interval"
+METHOD = f"{LEVEL:.0%} interval from Welch's t on the log values (none below {MIN_RUNS} runs a side)"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A geometric mean (one arm) or a ratio of geometric means (two arms), with its interval.
+
+    ``low`` and ``high`` are None when there is no interval, and ``note`` says why. ``n`` is the
+    number of runs per side: ``(n,)`` or ``(n, n_base)``.
+    """
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: tuple[int, ...]
+    note: str = ""
+
+
+def log_t_interval(values: Sequence[float], base: Sequence[float] | None = None,
+                   level: float = LEVEL) -> Interval:
+    """The interval of ``values``' geometric mean, or with ``base`` of the ratio of ``values``'
+    geometric mean to ``base``'s.
+
+    A value <= 0 has no logarithm: the central value is then the arithmetic mean (or the ratio of
+    arithmetic means) and there is no interval.
+    """
+    sides = [list(values)] if base is None else [list(values), list(base)]
+    n = tuple(len(s) for s in sides)
+    if not all(sides):
+        return Interval(None, None, None, n, "not measured")
+    if min(min(s) for s in sides) <= 0:
+        means = [statistics.fmean(s) for s in sides]
+        value = means[0] if base is None else (means[0] / means[1] if means[1] else None)
+        return Interval(value, None, None, n, NOT_POSITIVE)
+    logs = [[math.log(v) for v in s] for s in sides]
+    center = statistics.fmean(logs[0]) - (statistics.fmean(logs[1]) if base is not None else 0.0)
+    value = math.exp(center)
+    if min(n) < MIN_RUNS:
+        return Interval(value, None, None, n, f"n={min(n)}, no interval")
+    var = [statistics.variance(lg) / len(lg) for lg in logs]  # squared standard error per side
+    se = math.sqrt(sum(var))
+    if se == 0:
+        return Interval(value, value, value, n)
+    # Welch-Satterthwaite degrees of freedom; n - 1 for one arm
+    df = sum(var) ** 2 / sum(v ** 2 / (k - 1) for v, k in zip(var, n))
+    half = t_quantile(0.5 + level / 2, df) * se
+    return Interval(value, math.exp(center - half), math.exp(center + half), n)
 
 
 @dataclass(frozen=True)
 class Change:
-    """Best vs baseline in % of the baseline, with a 95% interval when both arms have n >= 2.
+    """Best vs baseline in % of the baseline, with the interval of ``log_t_interval``.
 
     ``base`` and ``best`` are the central values compared: geometric means (arithmetic when a
     value is <= 0), so the columns of a table agree with its % column.
@@ -31,38 +86,52 @@ class Change:
     note: str = ""
 
     def text(self) -> str:
+        """For a table with an n column: the change and its interval, or why there is none."""
         if self.pct is None:
             return self.note or "-"
         if self.low is None:
             return f"{self.pct:+.1f}% ({self.note})"
         return f"{self.pct:+.1f}% [{self.low:+.1f}, {self.high:+.1f}]"
 
+    @property
+    def means(self) -> str:
+        """What ``base`` and ``best`` are, for a label."""
+        return "means" if self.note == NOT_POSITIVE else "geometric means"
 
-def change(base: list[float], best: list[float], level: float = 0.95) -> Change:
-    """% change of ``best`` over ``base``; the interval needs two or more runs of each."""
-    nb, na = len(base), len(best)
-    if not base or not best:
-        return Change(statistics.fmean(base) if base else None,
-                      statistics.fmean(best) if best else None, None, None, None, nb, na,
-                      "not measured")
-    if min(base + best) <= 0:
-        mb, ma = statistics.fmean(base), statistics.fmean(best)
-        pct = 100.0 * (ma - mb) / mb if mb else None
-        return Change(mb, ma, pct, None, None, nb, na, "a value <= 0, no interval")
-    lb, la = [math.log(v) for v in base], [math.log(v) for v in best]
-    mlb, mla = statistics.fmean(lb), statistics.fmean(la)
-    gb, ga, diff = math.exp(mlb), math.exp(mla), mla - mlb
-    pct = 100.0 * math.expm1(diff)
-    if nb < 2 or na < 2:
-        return Change(gb, ga, pct, None, None, nb, na, f"n={min(nb, na)}, no interval")
-    vb, va = statistics.variance(lb) / nb, statistics.variance(la) / na
-    se = math.sqrt(vb + va)
-    if se == 0:
-        return Change(gb, ga, pct, pct, pct, nb, na)
-    df = (vb + va) ** 2 / (vb ** 2 / (nb - 1) + va ** 2 / (na - 1))
-    half = t_quantile(0.5 + level / 2, df) * se
-    return Change(gb, ga, pct, 100.0 * math.expm1(diff - half), 100.0 * math.expm1(diff + half),
-                  nb, na)
+    @property
+    def significant(self) -> bool | None:
+        """Whether the interval excludes no change; None without an interval."""
+        if self.low is None or self.high is None:
+            return None
+        return self.low > 0 or self.high < 0
+
+    def describe(self) -> str:
+        """For a sentence: the change, its interval and the runs it rests on."""
+        if self.pct is None:
+            return self.note or "-"
+        runs = f"n={self.n_best} vs n={self.n_base}"
+        if self.low is None:
+            why = "no interval" if min(self.n_best, self.n_base) < MIN_RUNS else self.note
+            return f"{self.pct:+.1f}% ({runs}, {why})"
+        verdict = "significant" if self.significant else "no significant change"
+        return (f"{self.pct:+.1f}%, {LEVEL:.0%} CI [{self.low:+.1f}%, {self.high:+.1f}%] "
+                f"({runs}): {verdict}")
+
+
+def change(base: Sequence[float], best: Sequence[float], level: float = LEVEL) -> Change:
+    """% change of ``best`` over ``base``, with ``log_t_interval``'s interval of the ratio."""
+    ratio = log_t_interval(best, base, level)
+    pct = [None if r is None else 100.0 * (r - 1.0) for r in (ratio.value, ratio.low, ratio.high)]
+    logs = bool(base) and bool(best) and min(*base, *best) > 0
+    return Change(_center(base, logs), _center(best, logs), *pct, len(base), len(best), ratio.note)
+
+
+def _center(values: Sequence[float], geometric: bool) -> float | None:
+    """The central value ``log_t_interval`` compares: geometric mean, or arithmetic where a value
+    of either arm is <= 0."""
+    if not values:
+        return None
+    return statistics.geometric_mean(values) if geometric else statistics.fmean(values)
 
 
 def t_quantile(p: float, df: float) -> float:

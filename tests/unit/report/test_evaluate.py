@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,7 +97,8 @@ def test_runs_are_interleaved_and_recorded(handle, monkeypatch):
 
     rows = report_data.build(handle.study).workload_rows
     tput = rows[0]
-    assert tput.change.n_base == 2 and tput.change.low is not None and tput.change.pct < -70
+    assert tput.change.n_base == 2 and tput.change.pct < -70
+    assert tput.change.low is None and tput.change.note == "n=2, no interval"  # 2 repeats: no claim
     assert rows[4].workload == "long-1900-100" and rows[4].failed_requests == 40
 
 
@@ -157,3 +159,19 @@ def test_bad_workload_file_names_file_and_line(tmp_path):
     f.write_text("evaluation_workloads:\n  - {name: a, num_prompts: 0}\n")
     with pytest.raises(InputError, match=r"w.yaml:2: evaluation_workloads.0.num_prompts"):
         ev.resolve_workloads(str(f), _space())
+
+
+def test_the_evaluate_table_prints_n_beside_each_change(handle, monkeypatch):
+    from rich.console import Console
+
+    from tuner.cli import evaluate as evaluate_cli
+    monkeypatch.setattr(ev, "run_trial", FakeRunner())
+    monkeypatch.setattr(evaluate_cli, "console", Console(record=True, width=250))
+    evaluate_cli._print(ev.evaluate(handle, WORKLOADS, repeats=3))
+    text = evaluate_cli.console.export_text()
+    title = " ".join(text.split("┏")[0].split())  # rich wraps a title to the table's width
+    assert title.endswith("3 run(s), change with a 95% interval from Welch's t on the log values "
+                          "(none below 3 runs a side)")
+    assert "n base/best" in text
+    short = [line for line in text.splitlines() if "short-128-4" in line and "total tok/s" in line]
+    assert len(short) == 1 and " 3/3 " in short[0] and re.search(r"-\d+\.\d% \[-\d+\.\d, -\d+\.\d\]", short[0])

@@ -14,7 +14,7 @@ from tests.helpers import DIST, evaluation_doc, ok_trial, report_study
 from tuner.cli import app
 from tuner.report import data as report_data
 from tuner.report.render import write_report
-from tuner.report.stats import change, t_quantile
+from tuner.report.stats import change, log_t_interval, t_quantile
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -28,22 +28,68 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 # ---- statistics --------------------------------------------------------------------------------
+# The one interval method (tuner.report.stats.log_t_interval). The expected values below were not
+# computed with the code under test: the t quantiles are the two-sided 95 % critical values of
+# NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2 "Critical Values of the Student's t
+# Distribution" (https://www.itl.nist.gov/div898/handbook/eda/section3/eda3672.htm); the
+# intervals are scipy 1.17's, on the natural logs of the values:
+#   scipy.stats.ttest_ind(log(best), log(base), equal_var=False).confidence_interval(0.95)
+#   scipy.stats.t.interval(0.95, n - 1, loc=mean(log(x)), scale=sem(log(x)))
+# then exponentiated.
 
-@pytest.mark.parametrize("df, expected", [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228),
-                                          (3, 3.182), (5, 2.571), (1000, 1.962)])
-def test_t_quantile_matches_tables(df, expected):
-    assert t_quantile(0.975, df) == pytest.approx(expected, abs=2e-3)
+@pytest.mark.parametrize("df, expected", [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776),
+                                          (5, 2.571), (10, 2.228), (30, 2.042), (100, 1.984)])
+def test_t_quantile_matches_the_nist_table(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-3)
 
 
-def test_change_interval_covers_the_ratio_and_says_when_it_cannot():
-    c = change([100, 102, 98], [110, 112, 108])
-    assert c.pct == pytest.approx(10.0, abs=0.1) and c.low < c.pct < c.high and c.low > 0
-    assert c.text().startswith("+10.0% [+")
+def test_three_runs_a_side_get_welchs_interval_on_the_log_ratio():
+    base, best = [5000.0, 5100.0, 4900.0], [6000.0, 6150.0, 5900.0]
+    iv = log_t_interval(best, base)
+    assert iv.n == (3, 3) and iv.note == ""
+    assert iv.value == pytest.approx(1.2033188, rel=1e-6)  # ratio of geometric means
+    assert (iv.low, iv.high) == (pytest.approx(1.1487864, rel=1e-6), pytest.approx(1.2604399, rel=1e-6))
+    c = change(base, best)
+    assert (c.pct, c.low, c.high) == (pytest.approx(20.33188, rel=1e-5),
+                                      pytest.approx(14.87864, rel=1e-5), pytest.approx(26.04399, rel=1e-5))
+    assert c.text() == "+20.3% [+14.9, +26.0]"
+    assert c.describe() == "+20.3%, 95% CI [+14.9%, +26.0%] (n=3 vs n=3): significant"
+
+
+def test_unequal_spreads_and_sizes_use_welch_satterthwaite_degrees_of_freedom():
+    # df = 2.2955 here; a pooled-variance t (df 5) would claim [1.054, 1.346], excluding 1
+    iv = log_t_interval([120.0, 131.0, 109.0], [100.0, 104.0, 97.0, 101.0])
+    assert iv.n == (3, 4)
+    assert (iv.low, iv.high) == (pytest.approx(0.9657059, rel=1e-6), pytest.approx(1.4689643, rel=1e-6))
+    assert change([100.0, 104.0, 97.0, 101.0], [120.0, 131.0, 109.0]).significant is False
+
+
+def test_one_arm_gets_a_t_interval_of_its_geometric_mean():
+    iv = log_t_interval([100.0, 105.0, 95.0])
+    assert iv.n == (3,) and iv.value == pytest.approx(99.916597, rel=1e-6)
+    assert (iv.low, iv.high) == (pytest.approx(88.235758, rel=1e-6), pytest.approx(113.14377, rel=1e-6))
+    assert log_t_interval([100.0, 105.0]).low is None
+
+
+def test_two_runs_a_side_make_no_interval_claim():
+    """2 vs 2 would give a t quantile of about 4.3 to 12.7: no 95 % claim, only the point value."""
+    c = change([5000.0, 5100.0], [6000.0, 6150.0])
+    assert c.pct == pytest.approx(100 * (math.sqrt(6000 * 6150) / math.sqrt(5000 * 5100) - 1))
+    assert (c.low, c.high, c.significant) == (None, None, None)
+    assert c.text() == "+20.3% (n=2, no interval)"
+    assert c.describe() == "+20.3% (n=2 vs n=2, no interval)"
+    assert "95" not in c.text() + c.describe()
+    assert change([100, 102, 98], [110, 112]).note == "n=2, no interval"  # the smaller side counts
+
+
+def test_change_without_an_interval_says_why():
     assert change([100], [110]).text() == "+10.0% (n=1, no interval)"
-    assert change([100, 100], [110]).note == "n=1, no interval"
     assert change([], [1]).text() == "not measured"
+    zero = change([0.0, 2.0, 4.0], [3.0, 3.0, 3.0])
+    assert (zero.base, zero.best, zero.pct) == (2.0, 3.0, 50.0) and zero.low is None
+    assert zero.text() == "+50.0% (a value <= 0, no interval)" and zero.means == "means"
     noisy = change([100, 140, 70], [110, 150, 80])
-    assert noisy.low < 0 < noisy.high  # noise larger than the gain: not a claim
+    assert noisy.low < 0 < noisy.high and not noisy.significant  # noise larger than the gain
 
 
 # ---- tables ------------------------------------------------------------------------------------
@@ -100,20 +146,38 @@ def test_baseline_best_compares_the_best_searched_config():
     assert d.workload_rows[0].change.pct == pytest.approx(-11.1, abs=0.05)
 
 
-def test_confirm_repeats_give_the_search_comparison_an_interval(tmp_path):
+def _repeated_study(base: list[float], best: list[float]) -> optuna.Study:
     study = optuna.create_study(direction="maximize")
-    defaults = {"max_num_seqs": 128, "chunked_prefill": True}
-    tuned = {"max_num_seqs": 12, "chunked_prefill": True}
-    for value in (5000.0, 5100.0):
-        study.add_trial(ok_trial(value, defaults, "vllm-defaults"))
-    for value in (6000.0, 6050.0, 5950.0):
-        study.add_trial(ok_trial(value, tuned))
+    for value in base:
+        study.add_trial(ok_trial(value, {"max_num_seqs": 128, "chunked_prefill": True}, "vllm-defaults"))
+    for value in best:
+        study.add_trial(ok_trial(value, {"max_num_seqs": 12, "chunked_prefill": True}))
+    return study
+
+
+def test_confirm_repeats_give_the_search_comparison_an_interval(tmp_path):
+    study = _repeated_study([5000.0, 5100.0, 4900.0], [6000.0, 6150.0, 5900.0])
     d = report_data.build(study)
     tput = d.workload_rows[0]
-    assert (tput.change.n_base, tput.change.n_best) == (2, 3) and tput.change.low > 0
-    assert d.comparison_source == "search: trial 2 (3 run(s)) vs trial 0 (2 run(s))"
+    assert (tput.change.n_base, tput.change.n_best) == (3, 3)
+    assert tput.change.text() == "+20.3% [+14.9, +26.0]"  # pinned in the statistics tests above
+    assert d.comparison_source == "search: trial 3 (3 run(s)) vs trial 0 (3 run(s))"
     text = write_report(study, tmp_path / "r.md", "md").read_text()
-    assert "Best feasible config: trial 2 (search), value = **6,000.0** (median of 3 runs);" in text
+    assert "Best feasible config: trial 3 (search), value = **6,000.0** (median of 3 runs);" in text
+    assert "| default | total tok/s | 4,999.3 | 6,015.8 | +20.3% [+14.9, +26.0] | 3/3 |  |" in text
+    assert "95% interval from Welch's t on the log values (none below 3 runs a side)" in text
+    html = write_report(study, tmp_path / "r.html").read_text()
+    assert 'class="good">+20.3% [+14.9, +26.0]</span></td><td>3/3</td>' in html
+
+
+def test_two_runs_a_side_get_no_interval_in_the_report(tmp_path):
+    study = _repeated_study([5000.0, 5100.0], [6000.0, 6150.0])
+    d = report_data.build(study)
+    assert d.comparison_source.endswith("`tune confirm` or `tune evaluate` adds repeats and intervals")
+    text = write_report(study, tmp_path / "r.md", "md").read_text()
+    assert "| default | total tok/s | 5,049.8 | 6,074.5 | +20.3% (n=2, no interval) | 2/2 |  |" in text
+    html = write_report(study, tmp_path / "r.html").read_text()
+    assert '<span class="">+20.3% (n=2, no interval)</span></td><td>2/2</td>' in html
 
 
 def test_search_comparison_covers_every_search_workload():

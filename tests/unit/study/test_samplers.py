@@ -1,4 +1,4 @@
-"""Search strategies and result statistics on synthetic objectives (no engine)."""
+"""Search strategies and best-config selection on synthetic objectives (no engine)."""
 
 import optuna
 import pytest
@@ -6,7 +6,6 @@ import pytest
 from tests.helpers import fixture_space
 from tuner.errors import InputError
 from tuner.record import results, schema
-from tuner.record.results import ConfigStats, gain
 from tuner.study.samplers import (
     GreedySampler,
     SamplerSpec,
@@ -90,26 +89,6 @@ def test_tpe_startup_scales_with_the_budget():
 
 def _spec(*, grid=None, n_trials=None) -> SamplerSpec:
     return SamplerSpec(seed=0, defaults={}, grid=grid, multi_objective=False, n_trials=n_trials)
-
-
-def _stats(values, arm="search"):
-    study = optuna.create_study(direction="maximize")
-    for v in values:
-        study.add_trial(optuna.trial.create_trial(value=v))
-    return ConfigStats(arm, {}, list(study.trials))
-
-
-def test_gain_interval_says_no_significant_gain_when_runs_overlap():
-    g = gain(_stats([100, 110, 90]), _stats([95, 105, 100], "base"))
-    assert g.low_pct < 0 < g.high_pct and g.significant is False
-    assert "no significant gain" in g.describe()
-
-
-def test_gain_interval_is_significant_for_a_clear_win_and_absent_for_n1():
-    g = gain(_stats([150, 152, 149]), _stats([100, 101, 99], "base"))
-    assert g.significant and g.change_pct == pytest.approx(50.0)
-    single = gain(_stats([150]), _stats([100], "base"))
-    assert single.low_pct is None and "no interval" in single.describe()
 
 
 def test_greedy_counts_pruned_configs_as_tried():
