@@ -5,7 +5,7 @@
 # Usage: scripts/wheelhouse.sh --python 3.12 --platform manylinux_2_28_x86_64 --out DIR
 #                              [--extras serving,torchao,bitsandbytes,dashboard,...] [--minimal] [--dry-run]
 #   --extras   serving: what `transformers serve` needs and the H200 image lacks, at versions that
-#                       worked there (docs/results/h200-transformers.md);
+#                       worked there (docs/findings/h200-transformers.md);
 #              torchao, bitsandbytes: quantization on that image (torchao 0.18.0, bitsandbytes 0.50.2);
 #              any other name is an extra of the tuner itself (dashboard, postgres, ray).
 #   --minimal  leave out what the H200 image already has (engines/hosts/h200-cuda-image.txt: torch,

@@ -82,7 +82,7 @@ def group_configs(study: optuna.Study) -> list[ConfigStats]:
 def best_config(study: optuna.Study) -> ConfigStats | None:
     """The config to recommend: the best median. Once `tune confirm` has repeated configs, only
     repeated ones compete: a single lucky launch must not beat a median of several (seen in the
-    head-to-head with vLLM's sweep, docs/vs-vllm-sweep.md, where load drifted between launches).
+    head-to-head with vLLM's sweep, docs/findings/h200-vllm-vs-sweep.md, where load drifted between launches).
     A config whose repeats were queued but are not all measured yet (the confirm was stopped) still
     competes: a study stopped while the best config's repeat ran, and the repeated
     baselines would otherwise have been recommended over a config a third faster."""
