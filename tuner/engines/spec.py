@@ -141,6 +141,10 @@ class PhaseReading(_Strict):
     # Phases this reading's time already contains (vLLM's engine init includes torch.compile and
     # graph capture): subtracted, so that no second is counted twice.
     less: list[str] = []
+    # Read only when no other reading of the phase matched: the finer lines a build logs instead of
+    # the usual one, which would count twice beside it (vLLM's CPU runner times model creation and
+    # weight loading, the GPU runners log both and then their sum).
+    fallback: bool = False
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -27,9 +27,13 @@ def read_phases(spec: LaunchPhases, log_text: str) -> dict[str, float | bool]:
     """The phases the log times, in seconds, and whether compiled graphs came from the cache."""
     raw: dict[str, float] = {}
     for phase in LAUNCH_PHASES:
-        found = [(r, s) for r in getattr(spec, phase) if (s := _seconds(r, log_text)) is not None]
-        if found:
-            raw[phase] = sum(s for _, s in found)
+        readings = getattr(spec, phase)
+        for fallback in (False, True):
+            found = [s for r in readings if r.fallback is fallback
+                     and (s := _seconds(r, log_text)) is not None]
+            if found:
+                raw[phase] = sum(found)
+                break
     phases: dict[str, float | bool] = {}
     for phase, seconds in raw.items():
         less = {p for r in getattr(spec, phase) for p in r.less}
