@@ -53,9 +53,9 @@ def launch_rows(data: ReportData) -> list[list[Any]]:
 
 def launch_summary(data: ReportData) -> str:
     share = data.launch_share
-    head = (f"Launching the engine took {share[0]:.0f} % of the trials' time ({share[1]} trials "
-            "that got ready: their launch seconds over their whole trials' seconds). "
-            if share else "")
+    head = (f"Launching the engine took {share[0]:.0f} % of the trials' time ({share[1]} "
+            f"trial{'s' if share[1] != 1 else ''} that got ready: their launch seconds over their "
+            "whole trials' seconds). " if share else "")
     return (head + "Phases are the engine's own timings from its log; an empty cell is a phase "
             "it did not time; other is the rest of the launch (process start, imports, the API "
             "server, the first health check).")
