@@ -51,6 +51,12 @@ def test_study_records_results_refusals_and_best(tmp_path, studies, vllm_bin, ti
         defaults.user_attrs["argv"])
     assert defaults.user_attrs["engine_version"] == "0.32.0"
     assert defaults.user_attrs["environment"]["device"].startswith("cpu")
+    # Where the launch went, from vLLM's own log: --enforce-eager compiles nothing and captures
+    # no graphs, so only the weights, the engine init and the rest are there.
+    phases = defaults.user_attrs[schema.LAUNCH_PHASES]
+    assert set(phases) == {"weights_s", "kv_profile_s", "other_s"}
+    assert defaults.user_attrs[schema.LAUNCH_S] == pytest.approx(
+        defaults.user_attrs["timings"]["ready_s"], abs=0.01)
 
     refused = trials["probe-invalid"]
     assert refused.state == optuna.trial.TrialState.COMPLETE  # complete + infeasible, so samplers learn
@@ -66,6 +72,7 @@ def test_study_records_results_refusals_and_best(tmp_path, studies, vllm_bin, ti
 
     status = run_tune("status", "smoke-test")
     assert status.returncode == 0 and "invalid-config" in status.stdout and "infeasible" in status.stdout
+    assert f"{defaults.user_attrs[schema.LAUNCH_S]:.0f} s (weights" in status.stdout
     best = run_tune("best", "smoke-test")
     assert best.returncode == 0 and "--served-model-name tiny-qwen3" in best.stdout
 

@@ -41,10 +41,14 @@ def status(
                         f"objective {metric}", title_justify="left")
     table.add_column("#", no_wrap=True, min_width=3, justify="right")
     quality = handle.space.quality is not None
+    # Where each launch's time went, once any trial recorded it (engines that time their phases).
+    launch = any(schema.LAUNCH_S in t.user_attrs or schema.LAUNCH_PHASES in t.user_attrs
+                 for t in trials)
     cols = ("arm", "state", "value", *(["quality"] if quality else []), *params, "p99 TTFT ms",
-            "mean TPOT ms", "failure")
+            "mean TPOT ms", *(["launch"] if launch else []), "failure")
     for col in cols:
-        table.add_column(col, no_wrap=True, max_width={"failure": 28, "quality": 48}.get(col, 16),
+        table.add_column(col, no_wrap=True,
+                         max_width={"failure": 28, "quality": 48, "launch": 52}.get(col, 16),
                          min_width=9 if col in ("value", "state") else None)
     for t in trials:
         ua = t.user_attrs
@@ -55,7 +59,8 @@ def status(
         table.add_row(str(t.number), ua.get(schema.ARM, ""), schema.status(t), value,
                       *([results.describe_quality(ua.get(schema.QUALITY))] if quality else []),
                       *(_param(t.params.get(p, "")) for p in params), _fmt(ua.get("p99_ttft_ms")),
-                      _fmt(ua.get("mean_tpot_ms")), failure)
+                      _fmt(ua.get("mean_tpot_ms")),
+                      *([results.describe_launch(ua) or "-"] if launch else []), failure)
     console.print(table)
 
 

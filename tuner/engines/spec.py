@@ -6,6 +6,7 @@ validates it. Translation to argv lives in ``translate.py``, failure matching in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -124,6 +125,66 @@ class Readiness(_Strict):
     # How long one probe may take: SGLang's /health generates a token and waits a second before
     # answering, so a shorter client timeout never sees its 200 and each probe queues a request.
     probe_timeout_s: float = 0.5
+
+
+LAUNCH_PHASES = ("weights_s", "compile_s", "cuda_graphs_s", "kv_profile_s")
+
+
+class PhaseReading(_Strict):
+    """A log line in which the engine times one phase of its launch: ``pattern`` is a regular
+    expression whose group 1 is the seconds. Matches of one reading are ranks working side by side
+    (tensor-parallel workers each log it): the longest counts. Readings of one phase add up
+    (SGLang captures prefill and decode graphs one after the other), so two spellings of one line
+    in different engine versions are two readings that never both match."""
+
+    pattern: str = Field(min_length=1)
+    # Phases this reading's time already contains (vLLM's engine init includes torch.compile and
+    # graph capture): subtracted, so that no second is counted twice.
+    less: list[str] = []
+    # Read only when no other reading of the phase matched: the finer lines a build logs instead of
+    # the usual one, which would count twice beside it (vLLM's CPU runner times model creation and
+    # weight loading, the GPU runners log both and then their sum).
+    fallback: bool = False
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_group(self) -> "PhaseReading":
+        try:
+            groups = re.compile(self.pattern).groups
+        except re.error as exc:
+            raise ValueError(f"pattern {self.pattern!r}: {exc}") from None
+        if groups != 1:
+            raise ValueError(f"pattern {self.pattern!r} needs exactly one group (the seconds)")
+        unknown = [p for p in self.less if p not in LAUNCH_PHASES]
+        if unknown:
+            raise ValueError(f"less names {', '.join(unknown)}; phases: {', '.join(LAUNCH_PHASES)}")
+        return self
+
+
+class CompileCache(_Strict):
+    """Log substrings that say whether compiled graphs came from the engine's compile cache."""
+
+    hit: list[str] = Field(min_length=1)
+    miss: list[str] = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+class LaunchPhases(_Strict):
+    """Where a launch's time goes, read from the engine's own log (tuner/trial/launch_phases.py).
+    A phase with no reading here, or whose line the log lacks, is not timed: never zero."""
+
+    weights_s: list[PhaseReading] = []       # loading (or, with dummy weights, creating) weights
+    compile_s: list[PhaseReading] = []       # torch.compile, or loading its cached result
+    cuda_graphs_s: list[PhaseReading] = []   # CUDA-graph capture
+    kv_profile_s: list[PhaseReading] = []    # memory profiling, KV-cache allocation, warm-up
+    compile_cache: CompileCache | None = None
+
+    @model_validator(mode="after")
+    def _less_other_phases(self) -> "LaunchPhases":
+        for phase in LAUNCH_PHASES:
+            if any(phase in r.less for r in getattr(self, phase)):
+                raise ValueError(f"launch_phases.{phase}: a reading cannot subtract its own phase")
+        return self
 
 
 class ConfigFile(_Strict):
@@ -287,6 +348,7 @@ class EngineSpec(_Strict):
     version_path: str | None = None
     version_key: str = "version"
     quality_probe: QualityProbe = QualityProbe()
+    launch_phases: LaunchPhases = LaunchPhases()
     installed: Installed | None = None
     kit: Kit | None = None
 

@@ -146,6 +146,29 @@ def describe_quality(record: dict | None) -> str:
     return head + (f"; over bound: {', '.join(broke)}" if broke else "")
 
 
+# The launch phases a status line names, with their short labels, in the order an engine runs them.
+LAUNCH_PHASE_LABELS = (("weights_s", "weights"), ("compile_s", "compile"),
+                       ("cuda_graphs_s", "graphs"), ("kv_profile_s", "kv"))
+
+
+def describe_launch(user_attrs: dict) -> str:
+    """Where a trial's launch went, in a few words: "122 s (weights 2, compile 41 miss, graphs 9,
+    kv 23)", whole seconds, only the phases the engine's log timed (user attr ``launch_phases``);
+    hit/miss is the compile cache. The rest of the launch is in the report's table."""
+    total = user_attrs.get(schema.LAUNCH_S)
+    phases = user_attrs.get(schema.LAUNCH_PHASES) or {}
+    hit = phases.get("compile_cache_hit")
+    cache = "" if hit is None else " hit" if hit else " miss"
+    parts = [f"{label} {phases[key]:.0f}" + (cache if key == "compile_s" else "")
+             for key, label in LAUNCH_PHASE_LABELS if key in phases]
+    if hit is not None and "compile_s" not in phases:
+        parts.append(f"compile cache{cache}")
+    if total is None and not parts:
+        return ""
+    head = f"{total:.0f} s" if total is not None else "not ready"
+    return head + (f" ({', '.join(parts)})" if parts else "")
+
+
 @dataclass(frozen=True)
 class ModelPick:
     """The performance model's own top config, measured like a baseline: how far the prediction

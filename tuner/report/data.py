@@ -80,6 +80,24 @@ class TelemetryRow:
     mean_queue_ms: float | None
 
 
+@dataclass(frozen=True)
+class LaunchRow:
+    """Where one trial's launch went (user attrs ``launch_s``, ``launch_phases``): the engine's own
+    phase timings; a phase its log did not time is absent from ``phases``."""
+
+    number: int
+    arm: str
+    launch_s: float | None         # None: the engine never got ready
+    phases: dict[str, Any]
+    trial_s: float | None          # the whole trial: launch, benchmark, probe, teardown
+
+    @property
+    def share_pct(self) -> float | None:
+        if self.launch_s is None or not self.trial_s:
+            return None
+        return 100.0 * self.launch_s / self.trial_s
+
+
 @dataclass
 class ReportData:
     study: str
@@ -104,6 +122,16 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     quality: bool = False     # the study has a quality guardrail: tables show its column
     best_quality: str = ""    # the winner's quality against the reference
+    launches: list[LaunchRow] = field(default_factory=list)
+
+    @property
+    def launch_share(self) -> tuple[float, int] | None:
+        """The launches' share of the trials' time (their sums, over trials that got ready) and
+        how many trials that is."""
+        both = [r for r in self.launches if r.share_pct is not None]
+        if not both:
+            return None
+        return 100.0 * sum(r.launch_s for r in both) / sum(r.trial_s for r in both), len(both)
 
     @property
     def params(self) -> list[str]:
@@ -267,6 +295,15 @@ def _telemetry(t: FrozenTrial) -> TelemetryRow | None:
         1000.0 * queue if queue is not None else None)
 
 
+def _launch(t: FrozenTrial) -> LaunchRow | None:
+    ua = t.user_attrs
+    if schema.LAUNCH_S not in ua and not ua.get(schema.LAUNCH_PHASES):
+        return None
+    return LaunchRow(t.number, ua.get(schema.ARM, "search"), ua.get(schema.LAUNCH_S),
+                     dict(ua.get(schema.LAUNCH_PHASES) or {}),
+                     (ua.get(schema.TIMINGS) or {}).get("total_s"))
+
+
 def contenders(study: optuna.Study) -> tuple[ConfigStats | None, ConfigStats | None, str]:
     """The config to set against the baseline, the baseline (first feasible arm), and a note.
 
@@ -367,6 +404,7 @@ def build(study: optuna.Study) -> ReportData:
         trials=[trial_row(t) for t in trials],
         environment=dict(winner.user_attrs.get(schema.ENVIRONMENT) or {}) if winner else {},
         telemetry=[row for t in trials if (row := _telemetry(t)) is not None],
+        launches=[row for t in trials if (row := _launch(t)) is not None],
         pareto=pareto,
         importances=imp,
         importance_note=imp_note,

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from tuner.report.data import ReportData, TrialRow, feasible_copy
-from tuner.report.markdown import best_value, fmt, runs_note
+from tuner.report.markdown import (LAUNCH_HEAD, best_value, fmt, launch_rows, launch_summary,
+                                   runs_note)
 from tuner.report.stats import METHOD
 
 _CSS = """
@@ -182,6 +183,11 @@ def render(study: optuna.Study, data: ReportData) -> str:
             set(range(3, 10)), "telemetry"))
         parts.append('<p class="meta">On CPU machines memory is the engine\'s RSS and load its CPU%'
                      " (100 = one core); on GPUs, memory used and utilisation.</p>")
+
+    if data.launches:
+        parts.append('<h2 id="launches">Where the launches\' time went</h2>')
+        parts.append(f'<p class="meta">{_e(launch_summary(data))}</p>')
+        parts.append(_table(LAUNCH_HEAD, launch_rows(data), {2, 3, 4, 6, 7, 8, 9}, "launches"))
 
     parts.append('<h2 id="trials">All trials</h2>')
     params = data.params

@@ -33,6 +33,35 @@ def runs_note(data: ReportData) -> str:
     return f" (median of {n} runs)" if n > 1 else ""
 
 
+LAUNCH_HEAD = ["trial", "arm", "launch s", "weights s", "compile s", "compile cache",
+               "CUDA graphs s", "KV profile s", "other s", "% of trial"]
+
+
+def launch_rows(data: ReportData) -> list[list[Any]]:
+    """The launch table's rows: an empty cell is a phase the engine's log did not time."""
+    rows = []
+    for r in data.launches:
+        p = r.phases
+        hit = p.get("compile_cache_hit")
+        rows.append([r.number, r.arm, fmt(r.launch_s) if r.launch_s is not None else "not ready",
+                     *(fmt(p.get(k), 1) if k in p else "" for k in ("weights_s", "compile_s")),
+                     "" if hit is None else "hit" if hit else "miss",
+                     *(fmt(p.get(k), 1) if k in p else ""
+                       for k in ("cuda_graphs_s", "kv_profile_s", "other_s")),
+                     fmt(r.share_pct, 0) if r.share_pct is not None else ""])
+    return rows
+
+
+def launch_summary(data: ReportData) -> str:
+    share = data.launch_share
+    head = (f"Launching the engine took {share[0]:.0f} % of the trials' time ({share[1]} "
+            f"trial{'s' if share[1] != 1 else ''} that got ready: their launch seconds over their "
+            "whole trials' seconds). " if share else "")
+    return (head + "Phases are the engine's own timings from its log; an empty cell is a phase "
+            "it did not time; other is the rest of the launch (process start, imports, the API "
+            "server, the first health check).")
+
+
 def _cell(value: Any) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
@@ -103,6 +132,10 @@ def render(data: ReportData) -> str:
                          fmt(r.peak_memory_mib), fmt(r.mean_load_pct), fmt(r.peak_kv_cache_pct),
                          fmt(r.peak_waiting), fmt(r.preemptions, 0), fmt(r.mean_queue_ms)]
                         for r in data.telemetry]), ""]
+
+    if data.launches:
+        out += ["## Where the launches' time went", "", launch_summary(data), "",
+                _table(LAUNCH_HEAD, launch_rows(data)), ""]
 
     params = data.params
     quality = ["quality"] if data.quality else []

@@ -111,6 +111,10 @@ class TrialRecorder:
             schema.FEASIBLE: outcome.ok,
             schema.CLIENT_SATURATED: outcome.client_saturated,
         }
+        if "ready_s" in outcome.timings:
+            attrs[schema.LAUNCH_S] = round(outcome.timings["ready_s"], 2)
+        if outcome.launch_phases:
+            attrs[schema.LAUNCH_PHASES] = outcome.launch_phases
         if outcome.metrics:
             attrs[schema.METRICS] = outcome.metrics
             attrs.update({k: outcome.metrics[k] for k in HEADLINE_METRICS if k in outcome.metrics})

@@ -30,6 +30,7 @@ from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
 from tuner.space import Scalar, Space, Workload
 from tuner.trial import lm_eval
+from tuner.trial.launch_phases import breakdown
 from tuner.trial.load_search import describe, find_max_load
 from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
 from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use, gpu_memory_released
@@ -61,6 +62,9 @@ class TrialOutcome:
     # index; telemetry.gpu_memory_released): an engine that left memory held would make every
     # later trial fail out of memory.
     gpu_memory_after: dict | None = None
+    # Where the launch's time went, from the engine's log (launch_phases.breakdown): seconds per
+    # phase the engine timed, whether the compile cache hit, and the rest of the launch (other_s).
+    launch_phases: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -154,10 +158,14 @@ def run_trial(
                        else f"{f.failure_class}: {f.reason}")
                 raise HarnessError(f"{why}: {f.evidence}") from exc
             outcome.failure = f
+            # What the refused launch spent before it died (no launch time: it never got ready).
+            outcome.launch_phases = breakdown(spec.launch_phases, server.log_text(), None)
             return outcome
+        log_text = server.log_text()
+        outcome.launch_phases = breakdown(spec.launch_phases, log_text, outcome.timings["ready_s"])
         # From the log where the engine prints it (vLLM), else from an installed folder's record
         # (SGLang logs none).
-        outcome.engine_version = (engine_version(spec.version_pattern, server.log_text())
+        outcome.engine_version = (engine_version(spec.version_pattern, log_text)
                                   or (read_record(Path(expand(choice.install))).version
                                       if choice.install else None))
         outcome.image = server.image.describe() if server.image else None
