@@ -25,6 +25,7 @@ import numpy as np
 
 from tuner.errors import BenchInputError, InputError
 from tuner.files import read_text
+from tuner.space.bench_settings import FILE_DATASETS
 from tuner.space.model import (
     SHAREGPT_MAX_PROMPT_LEN,
     SHAREGPT_MAX_TOTAL_LEN,
@@ -46,6 +47,10 @@ class SampleRequest:
     prompt: str
     prompt_len: int
     expected_output_len: int
+    # Seconds after the run's start when a trace sent it (None: the arrival process decides).
+    arrival_s: float | None = None
+    # Index of the request that must finish before this one is sent (a conversation's turn before).
+    after: int = -1
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -108,26 +113,8 @@ def load_requests(config: BenchConfig, tokenizer: Any = None) -> list[SampleRequ
     cached = _request_cache.get(key)
     if cached is not None and cached[0] is tokenizer:
         return list(cached[1])
-    if config.dataset_name == "random":
-        if config.dataset_path is not None:
-            raise BenchInputError(
-                f"dataset 'random' takes no dataset_path (got {config.dataset_path!r}); "
-                "use dataset_name 'sharegpt' for a file")
-        with _quiet_transformers():
-            requests = sample_random(
-                tokenizer, config.num_prompts, input_len=config.random_input_len,
-                output_len=config.random_output_len, range_ratio=config.random_range_ratio,
-                prefix_len=config.random_prefix_len, seed=config.seed)
-    elif config.dataset_name == "sharegpt":
-        if not config.dataset_path:
-            raise BenchInputError("dataset 'sharegpt' needs dataset_path (a ShareGPT JSON file)")
-        with _quiet_transformers():  # long conversations trip "longer than model_max_length"
-            requests = sample_sharegpt(
-                config.dataset_path, tokenizer, config.num_prompts,
-                output_len=config.sharegpt_output_len, seed=config.seed)
-    else:
-        raise BenchInputError(
-            f"dataset_name {config.dataset_name!r} is not supported; use 'random' or 'sharegpt'")
+    with _quiet_transformers():  # long prompts trip "longer than model_max_length"
+        requests = _sample(config, tokenizer)
     if len(_request_cache) >= 4:
         _request_cache.pop(next(iter(_request_cache)))
     _request_cache[key] = (tokenizer, tuple(requests))
@@ -135,6 +122,49 @@ def load_requests(config: BenchConfig, tokenizer: Any = None) -> list[SampleRequ
 
 
 _request_cache: dict[tuple, tuple[Any, tuple[SampleRequest, ...]]] = {}
+
+
+def _sample(config: BenchConfig, tokenizer: Any) -> list[SampleRequest]:
+    # Imported here: those modules build on this one's SampleRequest and helpers.
+    from tuner.bench.custom import sample_custom
+    from tuner.bench.synthetic import sample_multi_turn, sample_prefix_repetition
+    from tuner.bench.traces import sample_trace
+
+    name, path, n = config.dataset_name, config.dataset_path, config.num_prompts
+    if name in FILE_DATASETS and not path:
+        raise BenchInputError(f"dataset {name!r} needs dataset_path (the file to read)")
+    if name not in FILE_DATASETS and path is not None:
+        raise BenchInputError(f"dataset {name!r} takes no dataset_path (got {path!r}); the "
+                              f"datasets read from a file are {', '.join(FILE_DATASETS)}")
+    if name == "random":
+        return sample_random(
+            tokenizer, n, input_len=config.random_input_len, output_len=config.random_output_len,
+            range_ratio=config.random_range_ratio, prefix_len=config.random_prefix_len,
+            seed=config.seed)
+    if name == "sharegpt":
+        return sample_sharegpt(path, tokenizer, n, output_len=config.sharegpt_output_len,
+                               seed=config.seed)
+    if name == "custom":
+        return sample_custom(path, tokenizer, n, output_len=config.custom_output_len,
+                             skip_chat_template=config.skip_chat_template,
+                             disable_shuffle=config.disable_shuffle, seed=config.seed)
+    if name == "prefix_repetition":
+        return sample_prefix_repetition(
+            tokenizer, n, prefix_len=config.prefix_repetition_prefix_len,
+            suffix_len=config.prefix_repetition_suffix_len,
+            num_prefixes=config.prefix_repetition_num_prefixes,
+            output_len=config.prefix_repetition_output_len, seed=config.seed,
+            disable_shuffle=config.disable_shuffle)
+    if name == "multi_turn":
+        return sample_multi_turn(tokenizer, n, turns=config.multi_turn_turns,
+                                 input_len=config.multi_turn_input_len,
+                                 output_len=config.multi_turn_output_len, seed=config.seed)
+    if name == "trace":
+        return sample_trace(path, tokenizer, n, time_scale=config.time_scale,
+                            block_size=config.trace_block_size, seed=config.seed)
+    raise BenchInputError(
+        f"dataset_name {name!r} is not supported; use random, sharegpt, custom, "
+        "prefix_repetition, multi_turn or trace")
 
 
 def _cache_key(config: BenchConfig) -> tuple:
@@ -147,7 +177,12 @@ def _cache_key(config: BenchConfig) -> tuple:
             stamp = "missing"
     return (config.tokenizer, config.dataset_name, config.dataset_path, stamp, config.num_prompts,
             config.random_input_len, config.random_output_len, config.random_range_ratio,
-            config.random_prefix_len, config.sharegpt_output_len, config.seed)
+            config.random_prefix_len, config.sharegpt_output_len, config.custom_output_len,
+            config.skip_chat_template, config.disable_shuffle, config.prefix_repetition_prefix_len,
+            config.prefix_repetition_suffix_len, config.prefix_repetition_num_prefixes,
+            config.prefix_repetition_output_len, config.multi_turn_turns,
+            config.multi_turn_input_len, config.multi_turn_output_len, config.time_scale,
+            config.trace_block_size, config.seed)
 
 
 # --------------------------------------------------------------------------- random
@@ -191,14 +226,14 @@ def sample_random(
     prefix: list[int] = []
     if prefix_len > 0:
         prefix_seed = allowed[rng.integers(0, len(allowed), size=prefix_len)].tolist()
-        _, prefix, _ = _fix_len(tokenizer, prefix_seed, prefix_len, rng)
+        _, prefix, _ = fit_to_len(tokenizer, prefix_seed, prefix_len, rng)
 
     requests: list[SampleRequest] = []
     mismatch = 0
     for i in range(num_requests):
         n = int(input_lens[i])
         inner = allowed[(int(offsets[i]) + i + np.arange(n)) % len(allowed)].tolist()
-        prompt, ids, miss = _fix_len(tokenizer, prefix + inner, prefix_len + n, rng)
+        prompt, ids, miss = fit_to_len(tokenizer, prefix + inner, prefix_len + n, rng)
         mismatch += miss
         requests.append(SampleRequest(prompt, len(ids), int(output_lens[i])))
     if mismatch:
@@ -207,7 +242,7 @@ def sample_random(
     return requests
 
 
-def _fix_len(tokenizer: Any, seq: list[int], target: int,
+def fit_to_len(tokenizer: Any, seq: list[int], target: int,
              rng: np.random.Generator) -> tuple[str, list[int], int]:
     """vLLM's gen_prompt_decode_to_target_len: decode/encode until the round trip has ``target`` ids."""
     tries = _FIX_LEN_RETRIES

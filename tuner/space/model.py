@@ -16,7 +16,7 @@ from tuner.engines.runtimes import TUNER_SET_FLAGS
 from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
 from tuner.record.schema import QUALITY_REFERENCE_ARM
-from tuner.space.bench_settings import BenchSettings
+from tuner.space.bench_settings import FILE_DATASETS, BenchSettings
 from tuner.space.precision import PRECISION_KNOBS, precision_of
 
 Scalar = bool | int | float | str
@@ -162,8 +162,8 @@ class Workload(BenchSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "Workload":
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset sharegpt needs dataset_path")
+        if self.dataset in FILE_DATASETS and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset} needs dataset_path")
         return self
 
 
