@@ -36,7 +36,7 @@ class BenchConfig:
     random_range_ratio: float = DEFAULTS.random_range_ratio
     random_prefix_len: int = DEFAULTS.random_prefix_len
     sharegpt_output_len: int | None = DEFAULTS.sharegpt_output_len
-    custom_output_len: int | None = DEFAULTS.custom_output_len
+    custom_output_len: int = DEFAULTS.custom_output_len
     skip_chat_template: bool = DEFAULTS.skip_chat_template
     disable_shuffle: bool = DEFAULTS.disable_shuffle
     prefix_repetition_prefix_len: int = DEFAULTS.prefix_repetition_prefix_len

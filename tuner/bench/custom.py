@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner.bench.datasets import SampleRequest
+from tuner.bench.prompts import SampleRequest, allowed_ids, random_text
 from tuner.bench.rows import field, jsonl_rows
-from tuner.bench.synthetic import allowed_ids, random_text
 from tuner.errors import BenchInputError
 
 WHAT = "custom dataset"
@@ -58,14 +57,18 @@ def read_custom(path: str | os.PathLike[str]) -> list[CustomRow]:
 
 
 def sample_custom(path: str | os.PathLike[str], tokenizer: Any, num_requests: int, *,
-                  output_len: int | None, skip_chat_template: bool = False,
+                  output_len: int, skip_chat_template: bool = False,
                   disable_shuffle: bool = False, seed: int = 0) -> list[SampleRequest]:
-    """The requests ``vllm bench serve --dataset-name custom`` sends for the same file and flags."""
+    """The requests ``vllm bench serve --dataset-name custom`` sends for the same file and flags;
+    ``output_len`` -1 means each line's own, as ``--custom-output-len -1``."""
+    if output_len == 0 or output_len < -1:
+        raise BenchInputError(f"custom_output_len must be at least 1, or -1 for each line's "
+                              f"output_tokens; got {output_len}")
     rows = read_custom(path)
     for row in rows:
         if _output_len(row, output_len) is None:
             raise BenchInputError(f"{row.where}: no output length: give 'output_tokens' / "
-                                  "'output_length', or set custom_output_len")
+                                  "'output_length', or set custom_output_len above 0")
     if not disable_shuffle:
         random.Random(seed).shuffle(rows)
     allowed = None
@@ -87,12 +90,13 @@ def sample_custom(path: str | os.PathLike[str], tokenizer: Any, num_requests: in
     return samples
 
 
-def _output_len(row: CustomRow, setting: int | None) -> int | None:
-    # vLLM reads a line's output_tokens only when --custom-output-len is unset; AIPerf's
-    # output_length is the line's own and wins.
+def _output_len(row: CustomRow, setting: int) -> int | None:
+    # vLLM reads a line's output_tokens only under --custom-output-len -1; AIPerf's output_length
+    # is the line's own and wins.
+    own = None if setting == -1 else setting
     if row.templated:
-        return setting if setting is not None else row.output_len
-    return row.output_len if row.output_len is not None else setting
+        return own if own is not None else row.output_len
+    return row.output_len if row.output_len is not None else own
 
 
 def _chat_template(tokenizer: Any, prompt: str, where: str) -> str:

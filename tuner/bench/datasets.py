@@ -17,12 +17,15 @@ import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.bench.custom import sample_custom
+from tuner.bench.prompts import SampleRequest, fit_to_len
+from tuner.bench.synthetic import sample_multi_turn, sample_prefix_repetition
+from tuner.bench.traces import sample_trace
 from tuner.errors import BenchInputError, InputError
 from tuner.files import read_text
 from tuner.space.bench_settings import FILE_DATASETS
@@ -37,20 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FIX_LEN_RETRIES = 10
 
 
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    prompt: str
-    prompt_len: int
-    expected_output_len: int
-    # Seconds after the run's start when a trace sent it (None: the arrival process decides).
-    arrival_s: float | None = None
-    # Index of the request that must finish before this one is sent (a conversation's turn before).
-    after: int = -1
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -125,11 +116,6 @@ _request_cache: dict[tuple, tuple[Any, tuple[SampleRequest, ...]]] = {}
 
 
 def _sample(config: BenchConfig, tokenizer: Any) -> list[SampleRequest]:
-    # Imported here: those modules build on this one's SampleRequest and helpers.
-    from tuner.bench.custom import sample_custom
-    from tuner.bench.synthetic import sample_multi_turn, sample_prefix_repetition
-    from tuner.bench.traces import sample_trace
-
     name, path, n = config.dataset_name, config.dataset_path, config.num_prompts
     if name in FILE_DATASETS and not path:
         raise BenchInputError(f"dataset {name!r} needs dataset_path (the file to read)")
@@ -240,25 +226,6 @@ def sample_random(
         log.info("random dataset: %d token(s) off target after re-encoding (vLLM tolerates this too)",
                  abs(mismatch))
     return requests
-
-
-def fit_to_len(tokenizer: Any, seq: list[int], target: int,
-             rng: np.random.Generator) -> tuple[str, list[int], int]:
-    """vLLM's gen_prompt_decode_to_target_len: decode/encode until the round trip has ``target`` ids."""
-    tries = _FIX_LEN_RETRIES
-    while True:
-        prompt = tokenizer.decode(seq)
-        seq = tokenizer.encode(prompt, add_special_tokens=False)
-        if tries <= 0:
-            return prompt, seq, len(seq) - target
-        if len(seq) == target:
-            return prompt, seq, 0
-        if len(seq) < target:
-            # Padding draws from the FULL vocabulary, special ids included: vLLM does the same.
-            seq.extend(rng.integers(0, tokenizer.vocab_size, size=target - len(seq)).tolist())
-        else:
-            seq = seq[:target]
-        tries -= 1
 
 
 # --------------------------------------------------------------------------- ShareGPT

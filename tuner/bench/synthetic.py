@@ -14,19 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner.bench.datasets import SampleRequest, fit_to_len
+from tuner.bench.prompts import LegacyRandom, SampleRequest, allowed_ids, fit_to_len, random_text
 from tuner.errors import BenchInputError
-
-
-class LegacyRandom:
-    """numpy's ``RandomState`` under ``Generator``'s method name: the draws vLLM makes from
-    ``np.random`` after ``np.random.seed(seed)``, without touching numpy's global state."""
-
-    def __init__(self, seed: int) -> None:
-        self._state = np.random.RandomState(seed)
-
-    def integers(self, low: int, high: int, size: int) -> np.ndarray:
-        return self._state.randint(low, high, size=size)
 
 
 def sample_prefix_repetition(tokenizer: Any, num_requests: int, *, prefix_len: int,
@@ -54,18 +43,6 @@ def sample_prefix_repetition(tokenizer: Any, num_requests: int, *, prefix_len: i
     if not disable_shuffle:
         random.Random(seed).shuffle(requests)
     return requests
-
-
-def allowed_ids(tokenizer: Any) -> np.ndarray:
-    """The vocabulary without special tokens: text drawn from it re-encodes to ordinary tokens."""
-    return np.setdiff1d(np.arange(tokenizer.vocab_size), np.array(tokenizer.all_special_ids))
-
-
-def random_text(tokenizer: Any, n: int, rng: np.random.Generator, allowed: np.ndarray) -> str:
-    """Text of ``n`` tokens (after re-encoding, as far as vLLM's retry rule gets) from ``rng``."""
-    ids = allowed[rng.integers(0, len(allowed), size=n)].tolist()
-    text, _, _ = fit_to_len(tokenizer, ids, n, rng)
-    return text
 
 
 def sample_multi_turn(tokenizer: Any, num_requests: int, *, turns: int, input_len: int,

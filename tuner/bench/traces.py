@@ -26,9 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner.bench.datasets import SampleRequest
+from tuner.bench.prompts import SampleRequest, allowed_ids, fit_to_len
 from tuner.bench.rows import csv_rows, field, jsonl_rows
-from tuner.bench.synthetic import allowed_ids
 from tuner.errors import BenchInputError
 
 WHAT = "trace"
@@ -116,11 +115,14 @@ def sample_trace(path: str | os.PathLike[str], tokenizer: Any, num_requests: int
     blocks: dict[tuple[int, int], str] = {}
 
     def block_text(key: int, n: int) -> str:
+        # Each block on its own re-encodes to its length (vLLM's retry rule), so a prompt's length
+        # is close to the trace's; a block id names its tokens, a partial block's too (Mooncake
+        # hashes the tokens a block holds).
         text = blocks.get((key, n))
         if text is None:
             rng = np.random.default_rng([seed, key])
-            text = blocks[(key, n)] = tokenizer.decode(
-                allowed[rng.integers(0, len(allowed), size=block_size)][:n].tolist())
+            ids = allowed[rng.integers(0, len(allowed), size=block_size)][:n].tolist()
+            text = blocks[(key, n)] = fit_to_len(tokenizer, ids, n, rng)[0]
         return text
 
     t0 = rows[0].time_s
@@ -134,7 +136,8 @@ def sample_trace(path: str | os.PathLike[str], tokenizer: Any, num_requests: int
             left -= block_size
         if left > 0:
             rng = np.random.default_rng([seed, _OWN, row.line])
-            parts.append(tokenizer.decode(allowed[rng.integers(0, len(allowed), size=left)].tolist()))
+            parts.append(fit_to_len(tokenizer, allowed[rng.integers(0, len(allowed), size=left)]
+                                    .tolist(), left, rng)[0])
         prompt = "".join(parts)
         out.append(SampleRequest(prompt, len(tokenizer(prompt).input_ids), row.output_len,
                                  arrival_s=(row.time_s - t0) * time_scale))

@@ -60,7 +60,7 @@ def bench(
     random_range_ratio: Annotated[float, typer.Option(help=help_of("random_range_ratio"))] = DEFAULTS.random_range_ratio,
     random_prefix_len: Annotated[int, typer.Option(help=help_of("random_prefix_len"))] = DEFAULTS.random_prefix_len,
     sharegpt_output_len: Annotated[int | None, typer.Option(help=help_of("sharegpt_output_len"))] = DEFAULTS.sharegpt_output_len,
-    custom_output_len: Annotated[int | None, typer.Option(help=help_of("custom_output_len"))] = DEFAULTS.custom_output_len,
+    custom_output_len: Annotated[int, typer.Option(help=help_of("custom_output_len"))] = DEFAULTS.custom_output_len,
     skip_chat_template: Annotated[bool, typer.Option("--skip-chat-template", help=help_of("skip_chat_template"))] = DEFAULTS.skip_chat_template,
     disable_shuffle: Annotated[bool, typer.Option("--disable-shuffle", help=help_of("disable_shuffle"))] = DEFAULTS.disable_shuffle,
     prefix_repetition_prefix_len: Annotated[int, typer.Option(help=help_of("prefix_repetition_prefix_len"))] = DEFAULTS.prefix_repetition_prefix_len,

@@ -43,9 +43,9 @@ class BenchSettings(BaseModel):
     random_prefix_len: int = _setting(0, "--random-prefix-len", "Shared prefix tokens before each prompt.", ge=0)
     sharegpt_output_len: int | None = _setting(None, "--sharegpt-output-len",
                                                "Output tokens for every ShareGPT request (default: the conversation's).")
-    custom_output_len: int | None = _setting(
+    custom_output_len: int = _setting(
         256, "--custom-output-len",
-        "Output tokens per custom prompt; null: each line's output_tokens.", gt=0)
+        "Output tokens per custom prompt; -1: each line's output_tokens.", ge=-1)
     skip_chat_template: bool = _setting(False, "--skip-chat-template",
                                         "Send custom prompts without the model's chat template.")
     disable_shuffle: bool = _setting(False, "--disable-shuffle",
