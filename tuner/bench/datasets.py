@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tuner.bench.custom import sample_custom
+from tuner.bench.custom import read_custom, sample_custom
 from tuner.bench.prompts import SampleRequest, fit_to_len
 from tuner.bench.synthetic import sample_multi_turn, sample_prefix_repetition
-from tuner.bench.traces import sample_trace
+from tuner.bench.traces import read_trace, sample_trace
 from tuner.errors import BenchInputError, InputError
 from tuner.files import read_text
 from tuner.space.bench_settings import FILE_DATASETS
@@ -113,6 +113,17 @@ def load_requests(config: BenchConfig, tokenizer: Any = None) -> list[SampleRequ
 
 
 _request_cache: dict[tuple, tuple[Any, tuple[SampleRequest, ...]]] = {}
+
+
+def check_file(dataset: str, path: str | os.PathLike[str]) -> str | None:
+    """Read a custom or trace file through (no tokenizer needed) and say what it holds; a bad line
+    raises BenchInputError naming it. Lets a study refuse a broken file before it exists."""
+    if dataset == "custom":
+        return f"{len(read_custom(path))} prompts"
+    if dataset == "trace":
+        rows = read_trace(path).rows
+        return f"{len(rows)} requests over {rows[-1].time_s - rows[0].time_s:g} s"
+    return None  # ShareGPT: read with the tokenizer, when the run starts
 
 
 def _sample(config: BenchConfig, tokenizer: Any) -> list[SampleRequest]:

@@ -101,8 +101,8 @@ def _read_burstgpt(path: str) -> Trace:
 
 def _checked(rows: list[TraceRow], row: TraceRow, where: str) -> TraceRow:
     if rows and row.time_s < rows[-1].time_s:
-        raise BenchInputError(f"{where}: out of time order ({row.time_s:g} s after "
-                              f"{rows[-1].time_s:g} s on line {rows[-1].line}); sort the trace")
+        raise BenchInputError(f"{where}: out of time order (earlier than line {rows[-1].line}); "
+                              "sort the trace by its timestamps")
     return row
 
 
