@@ -31,7 +31,7 @@ spec = json.load(sys.stdin)
 tok = AutoTokenizer.from_pretrained(spec["tokenizer"])
 out = {}
 for name, kw in spec["custom"].items():
-    ds = CustomDataset(dataset_path=spec["path"], disable_shuffle=kw["disable_shuffle"],
+    ds = CustomDataset(dataset_path=kw["path"], disable_shuffle=kw["disable_shuffle"],
                        random_seed=kw["seed"])
     reqs = ds.sample(tokenizer=tok, num_requests=8, output_len=kw["output_len"],
                      skip_chat_template=kw["skip_chat_template"])
@@ -49,15 +49,20 @@ def _cfg(tok, **kw) -> BenchConfig:
     return BenchConfig(**{"base_url": "http://127.0.0.1:9", **kw}, model="stub", tokenizer=str(tok))
 
 
-def test_custom_and_prefix_repetition_prompts_equal_vllms(vllm_bin, tiny_model_path):
-    spec = {"tokenizer": str(tiny_model_path), "path": str(CUSTOM), "custom": CUSTOM_CASES,
-            "prefix": PREFIX_CASES}
+def test_custom_and_prefix_repetition_prompts_equal_vllms(vllm_bin, tiny_model_path, tmp_path):
+    # Under -1 vLLM needs output_tokens on every line (pandas fills a missing one with NaN).
+    own = tmp_path / "own.jsonl"
+    own.write_text("".join(json.dumps({"prompt": f"question {i}?", "output_tokens": 3 + i}) + "\n"
+                           for i in range(6)))
+    cases = {name: {**kw, "path": str(own if kw["output_len"] == -1 else CUSTOM)}
+             for name, kw in CUSTOM_CASES.items()}
+    spec = {"tokenizer": str(tiny_model_path), "custom": cases, "prefix": PREFIX_CASES}
     proc = subprocess.run([str(vllm_bin.parent / "python"), "-c", VLLM_SIDE],
                           input=json.dumps(spec), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ref = json.loads(proc.stdout)
-    for name, kw in CUSTOM_CASES.items():
-        ours = load_requests(_cfg(tiny_model_path, dataset_name="custom", dataset_path=str(CUSTOM),
+    for name, kw in cases.items():
+        ours = load_requests(_cfg(tiny_model_path, dataset_name="custom", dataset_path=kw["path"],
                                   num_prompts=8, seed=kw["seed"], custom_output_len=kw["output_len"],
                                   skip_chat_template=kw["skip_chat_template"],
                                   disable_shuffle=kw["disable_shuffle"]))
