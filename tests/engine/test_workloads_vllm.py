@@ -88,11 +88,12 @@ def test_custom_and_prefix_repetition_prompts_equal_vllms(vllm_bin, tiny_model_p
           prefix_repetition_output_len=4)),
 ])
 def test_vllm_bench_serve_sends_the_bodies_we_send(vllm_bin, tiny_model_path, tmp_path, flags, ours):
+    # --ignore-eos: vLLM forces it only for random prompts; the tuner sends it for every dataset
     with stub_server.RunningStub(stub_server.StubOptions(itl_ms=1)) as s:
         proc = subprocess.run(
             [str(vllm_bin), "bench", "serve", "--backend", "openai", "--base-url", s.url,
              "--model", str(tiny_model_path), "--served-model-name", "stub", "--num-prompts", "6",
-             "--seed", "4", "--temperature", "0", "--disable-tqdm", *flags],
+             "--seed", "4", "--temperature", "0", "--ignore-eos", "--disable-tqdm", *flags],
             capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         theirs = list(s.stub.bodies)
