@@ -117,8 +117,9 @@ def test_each_kind_and_the_seed_study_set_run_on_vllm(tmp_path, studies, vllm_bi
         {"name": "shared", "dataset": "prefix_repetition", "num_prompts": 8,
          "prefix_repetition_prefix_len": 256, "prefix_repetition_suffix_len": 16,
          "prefix_repetition_num_prefixes": 2, "prefix_repetition_output_len": 4},
+        # turns long enough to fill whole KV blocks: only full blocks are cached
         {"name": "chat", "dataset": "multi_turn", "num_prompts": 6, "multi_turn_turns": 3,
-         "multi_turn_input_len": 40, "multi_turn_output_len": 8},
+         "multi_turn_input_len": 256, "multi_turn_output_len": 16},
         {"name": "trace", "dataset": "trace", "dataset_path": str(trace), "time_scale": 0.5},
     ]
     data["evaluation_workloads"] = [{"set": "seed-study", "num_prompts": 2, "max_len": 4096,
