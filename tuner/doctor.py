@@ -20,6 +20,7 @@ from typing import Literal
 import httpx
 
 from tuner import downloads, fingerprint
+from tuner.bench.datasets import check_file
 from tuner.engines.installed import folder_launch, read_record
 from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import load_engine
@@ -332,7 +333,14 @@ def dataset_rows(space: Space) -> list[Row]:
         path = Path(expand(workload.dataset_path))
         check = f"dataset {workload.name}"
         if path.is_file():
-            rows.append(Row(check, "ok", f"{path} ({path.stat().st_size / (1 << 20):.1f} MiB)"))
+            try:
+                held = check_file(workload.dataset, path)
+            except InputError as exc:
+                rows.append(Row(check, "fail" if needed else "warn", str(exc),
+                                "fix that line of the file, or change dataset_path in the space"))
+                continue
+            size = f"{path.stat().st_size / (1 << 20):.1f} MiB"
+            rows.append(Row(check, "ok", f"{path} ({size}{', ' + held if held else ''})"))
             continue
         known = downloads.known_for_path(path)
         fix = (("" if path.parent == data_dir() else f"TUNER_DATA={path.parent} ")

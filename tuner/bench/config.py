@@ -36,6 +36,18 @@ class BenchConfig:
     random_range_ratio: float = DEFAULTS.random_range_ratio
     random_prefix_len: int = DEFAULTS.random_prefix_len
     sharegpt_output_len: int | None = DEFAULTS.sharegpt_output_len
+    custom_output_len: int = DEFAULTS.custom_output_len
+    skip_chat_template: bool = DEFAULTS.skip_chat_template
+    disable_shuffle: bool = DEFAULTS.disable_shuffle
+    prefix_repetition_prefix_len: int = DEFAULTS.prefix_repetition_prefix_len
+    prefix_repetition_suffix_len: int = DEFAULTS.prefix_repetition_suffix_len
+    prefix_repetition_num_prefixes: int = DEFAULTS.prefix_repetition_num_prefixes
+    prefix_repetition_output_len: int = DEFAULTS.prefix_repetition_output_len
+    multi_turn_turns: int = DEFAULTS.multi_turn_turns
+    multi_turn_input_len: int = DEFAULTS.multi_turn_input_len
+    multi_turn_output_len: int = DEFAULTS.multi_turn_output_len
+    time_scale: float = DEFAULTS.time_scale
+    trace_block_size: int = DEFAULTS.trace_block_size
     request_rate: float = DEFAULTS.request_rate
     burstiness: float = DEFAULTS.burstiness
     max_concurrency: int | None = DEFAULTS.max_concurrency
@@ -99,6 +111,8 @@ class BenchConfig:
             raise BenchInputError(f"num_prompts must be at least 1, got {self.num_prompts}")
         if not self.request_rate > 0 or math.isnan(self.request_rate):
             raise BenchInputError(f"request_rate must be > 0 (inf sends all at once), got {self.request_rate}")
+        if not self.time_scale > 0 or math.isinf(self.time_scale):
+            raise BenchInputError(f"time_scale must be a finite number > 0, got {self.time_scale}")
         if not self.burstiness > 0:
             raise BenchInputError(f"burstiness must be > 0, got {self.burstiness}")
         if self.max_concurrency is not None and self.max_concurrency < 1:

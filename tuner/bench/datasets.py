@@ -17,14 +17,18 @@ import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tuner.bench.custom import read_custom, sample_custom
+from tuner.bench.prompts import SampleRequest, fit_to_len
+from tuner.bench.synthetic import sample_multi_turn, sample_prefix_repetition
+from tuner.bench.traces import read_trace, sample_trace
 from tuner.errors import BenchInputError, InputError
 from tuner.files import read_text
+from tuner.space.bench_settings import FILE_DATASETS
 from tuner.space.model import (
     SHAREGPT_MAX_PROMPT_LEN,
     SHAREGPT_MAX_TOTAL_LEN,
@@ -36,16 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FIX_LEN_RETRIES = 10
 
 
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    prompt: str
-    prompt_len: int
-    expected_output_len: int
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -108,26 +104,8 @@ def load_requests(config: BenchConfig, tokenizer: Any = None) -> list[SampleRequ
     cached = _request_cache.get(key)
     if cached is not None and cached[0] is tokenizer:
         return list(cached[1])
-    if config.dataset_name == "random":
-        if config.dataset_path is not None:
-            raise BenchInputError(
-                f"dataset 'random' takes no dataset_path (got {config.dataset_path!r}); "
-                "use dataset_name 'sharegpt' for a file")
-        with _quiet_transformers():
-            requests = sample_random(
-                tokenizer, config.num_prompts, input_len=config.random_input_len,
-                output_len=config.random_output_len, range_ratio=config.random_range_ratio,
-                prefix_len=config.random_prefix_len, seed=config.seed)
-    elif config.dataset_name == "sharegpt":
-        if not config.dataset_path:
-            raise BenchInputError("dataset 'sharegpt' needs dataset_path (a ShareGPT JSON file)")
-        with _quiet_transformers():  # long conversations trip "longer than model_max_length"
-            requests = sample_sharegpt(
-                config.dataset_path, tokenizer, config.num_prompts,
-                output_len=config.sharegpt_output_len, seed=config.seed)
-    else:
-        raise BenchInputError(
-            f"dataset_name {config.dataset_name!r} is not supported; use 'random' or 'sharegpt'")
+    with _quiet_transformers():  # long prompts trip "longer than model_max_length"
+        requests = _sample(config, tokenizer)
     if len(_request_cache) >= 4:
         _request_cache.pop(next(iter(_request_cache)))
     _request_cache[key] = (tokenizer, tuple(requests))
@@ -135,6 +113,55 @@ def load_requests(config: BenchConfig, tokenizer: Any = None) -> list[SampleRequ
 
 
 _request_cache: dict[tuple, tuple[Any, tuple[SampleRequest, ...]]] = {}
+
+
+def check_file(dataset: str, path: str | os.PathLike[str]) -> str | None:
+    """Read a custom or trace file through (no tokenizer needed) and say what it holds; a bad line
+    raises BenchInputError naming it. Lets a study refuse a broken file before it exists."""
+    if dataset == "custom":
+        return f"{len(read_custom(path))} prompts"
+    if dataset == "trace":
+        rows = read_trace(path).rows
+        return f"{len(rows)} requests over {rows[-1].time_s - rows[0].time_s:g} s"
+    return None  # ShareGPT: read with the tokenizer, when the run starts
+
+
+def _sample(config: BenchConfig, tokenizer: Any) -> list[SampleRequest]:
+    name, path, n = config.dataset_name, config.dataset_path, config.num_prompts
+    if name in FILE_DATASETS and not path:
+        raise BenchInputError(f"dataset {name!r} needs dataset_path (the file to read)")
+    if name not in FILE_DATASETS and path is not None:
+        raise BenchInputError(f"dataset {name!r} takes no dataset_path (got {path!r}); the "
+                              f"datasets read from a file are {', '.join(FILE_DATASETS)}")
+    if name == "random":
+        return sample_random(
+            tokenizer, n, input_len=config.random_input_len, output_len=config.random_output_len,
+            range_ratio=config.random_range_ratio, prefix_len=config.random_prefix_len,
+            seed=config.seed)
+    if name == "sharegpt":
+        return sample_sharegpt(path, tokenizer, n, output_len=config.sharegpt_output_len,
+                               seed=config.seed)
+    if name == "custom":
+        return sample_custom(path, tokenizer, n, output_len=config.custom_output_len,
+                             skip_chat_template=config.skip_chat_template,
+                             disable_shuffle=config.disable_shuffle, seed=config.seed)
+    if name == "prefix_repetition":
+        return sample_prefix_repetition(
+            tokenizer, n, prefix_len=config.prefix_repetition_prefix_len,
+            suffix_len=config.prefix_repetition_suffix_len,
+            num_prefixes=config.prefix_repetition_num_prefixes,
+            output_len=config.prefix_repetition_output_len, seed=config.seed,
+            disable_shuffle=config.disable_shuffle)
+    if name == "multi_turn":
+        return sample_multi_turn(tokenizer, n, turns=config.multi_turn_turns,
+                                 input_len=config.multi_turn_input_len,
+                                 output_len=config.multi_turn_output_len, seed=config.seed)
+    if name == "trace":
+        return sample_trace(path, tokenizer, n, time_scale=config.time_scale,
+                            block_size=config.trace_block_size, seed=config.seed)
+    raise BenchInputError(
+        f"dataset_name {name!r} is not supported; use random, sharegpt, custom, "
+        "prefix_repetition, multi_turn or trace")
 
 
 def _cache_key(config: BenchConfig) -> tuple:
@@ -147,7 +174,12 @@ def _cache_key(config: BenchConfig) -> tuple:
             stamp = "missing"
     return (config.tokenizer, config.dataset_name, config.dataset_path, stamp, config.num_prompts,
             config.random_input_len, config.random_output_len, config.random_range_ratio,
-            config.random_prefix_len, config.sharegpt_output_len, config.seed)
+            config.random_prefix_len, config.sharegpt_output_len, config.custom_output_len,
+            config.skip_chat_template, config.disable_shuffle, config.prefix_repetition_prefix_len,
+            config.prefix_repetition_suffix_len, config.prefix_repetition_num_prefixes,
+            config.prefix_repetition_output_len, config.multi_turn_turns,
+            config.multi_turn_input_len, config.multi_turn_output_len, config.time_scale,
+            config.trace_block_size, config.seed)
 
 
 # --------------------------------------------------------------------------- random
@@ -191,39 +223,20 @@ def sample_random(
     prefix: list[int] = []
     if prefix_len > 0:
         prefix_seed = allowed[rng.integers(0, len(allowed), size=prefix_len)].tolist()
-        _, prefix, _ = _fix_len(tokenizer, prefix_seed, prefix_len, rng)
+        _, prefix, _ = fit_to_len(tokenizer, prefix_seed, prefix_len, rng)
 
     requests: list[SampleRequest] = []
     mismatch = 0
     for i in range(num_requests):
         n = int(input_lens[i])
         inner = allowed[(int(offsets[i]) + i + np.arange(n)) % len(allowed)].tolist()
-        prompt, ids, miss = _fix_len(tokenizer, prefix + inner, prefix_len + n, rng)
+        prompt, ids, miss = fit_to_len(tokenizer, prefix + inner, prefix_len + n, rng)
         mismatch += miss
         requests.append(SampleRequest(prompt, len(ids), int(output_lens[i])))
     if mismatch:
         log.info("random dataset: %d token(s) off target after re-encoding (vLLM tolerates this too)",
                  abs(mismatch))
     return requests
-
-
-def _fix_len(tokenizer: Any, seq: list[int], target: int,
-             rng: np.random.Generator) -> tuple[str, list[int], int]:
-    """vLLM's gen_prompt_decode_to_target_len: decode/encode until the round trip has ``target`` ids."""
-    tries = _FIX_LEN_RETRIES
-    while True:
-        prompt = tokenizer.decode(seq)
-        seq = tokenizer.encode(prompt, add_special_tokens=False)
-        if tries <= 0:
-            return prompt, seq, len(seq) - target
-        if len(seq) == target:
-            return prompt, seq, 0
-        if len(seq) < target:
-            # Padding draws from the FULL vocabulary, special ids included: vLLM does the same.
-            seq.extend(rng.integers(0, tokenizer.vocab_size, size=target - len(seq)).tolist())
-        else:
-            seq = seq[:target]
-        tries -= 1
 
 
 # --------------------------------------------------------------------------- ShareGPT

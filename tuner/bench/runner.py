@@ -24,6 +24,7 @@ from tuner.bench.datasets import SampleRequest, load_requests, load_tokenizer
 from tuner.bench.metrics import calculate_metrics
 from tuner.bench.request import RequestOutput, make_client, send_request
 from tuner.bench.summary import format_summary
+from tuner.bench.traces import trace_summary
 from tuner.errors import BenchInputError
 
 SATURATION_PERCENT = 90.0
@@ -42,6 +43,8 @@ class BenchResult:
     date: str
     outputs: list[RequestOutput] = field(default_factory=list, repr=False)
     output_lens: list[int] = field(default_factory=list, repr=False)
+    # What a replayed trace holds (requests, duration, lengths, shared blocks); None otherwise.
+    workload_summary: dict[str, Any] | None = None
 
     def summary(self) -> str:
         """The block ``vllm bench serve`` prints."""
@@ -84,6 +87,8 @@ class BenchResult:
             "seed": c.seed,
             "omit_fields": sorted(c.omit_fields),
         }
+        if self.workload_summary is not None:
+            doc["tuner"]["workload_summary"] = self.workload_summary
         return doc
 
 
@@ -148,7 +153,18 @@ async def run_benchmark_async(
         date=datetime.now().strftime("%Y%m%d-%H%M%S"),
         outputs=outputs,
         output_lens=output_lens,
+        workload_summary=(trace_summary(config.dataset_path, len(requests),
+                                        time_scale=config.time_scale,
+                                        block_size=config.trace_block_size)
+                          if config.dataset_name == "trace" else None),
     )
+
+
+def request_offsets(config: BenchConfig, requests: Sequence[SampleRequest]) -> list[float]:
+    """Send times: a trace's own, else vLLM's arrival process at the configured rate."""
+    if requests and requests[0].arrival_s is not None:
+        return [r.arrival_s or 0.0 for r in requests]
+    return arrival_offsets(len(requests), config.request_rate, config.burstiness, config.seed)
 
 
 def summarize_errors(outputs: Sequence[RequestOutput]) -> list[str]:
@@ -175,10 +191,12 @@ async def _timed_run(
     on_progress: ProgressCallback | None,
 ) -> tuple[list[RequestOutput], float, float]:
     total = len(requests)
-    offsets = arrival_offsets(total, config.request_rate, config.burstiness, config.seed)
+    offsets = request_offsets(config, requests)
     limit = concurrency_limit(config.max_concurrency)
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"
     finished = 0
+    # A conversation's turn waits for the turn before it (multi_turn); None when none waits.
+    done = [asyncio.Event() for _ in requests] if any(r.after >= 0 for r in requests) else None
 
     deadline = None
 
@@ -186,12 +204,17 @@ async def _timed_run(
         nonlocal finished
         try:
             async with asyncio.timeout_at(deadline):
+                if done is not None and request.after >= 0:
+                    await done[request.after].wait()
+                    arrival = max(arrival, time.perf_counter())
                 async with limit:
                     out = await send_request(client, config, request, prefix + str(index))
         except TimeoutError:
             out = RequestOutput(prompt_len=request.prompt_len, start_time=arrival,
                                 error=f"{_CUT}={config.max_duration_s}")
         out.client_queue_time = out.start_time - arrival
+        if done is not None:
+            done[index].set()
         finished += 1
         if on_progress is not None:
             on_progress(finished, total)

@@ -41,11 +41,12 @@ def evaluate_command(
     repeats: int = typer.Option(3, "--repeats", "-r", min=1, help="Launches per config."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     sharegpt: Optional[str] = typer.Option(None, help="ShareGPT JSON file for the seed-study set."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", min=1, help="Requests per workload instead of each workload's own (a short run)."),
 ) -> None:
     """Run the best config and the baseline on more workloads, with repeats, and record the result."""
     try:
         handle = load(study, url(storage, study))
-        chosen = resolve_workloads(workloads, handle.space, sharegpt)
+        chosen = resolve_workloads(workloads, handle.space, sharegpt, num_prompts)
         console.print(f"evaluating on {', '.join(w.name for w in chosen)}, {repeats} repeat(s) "
                       "per config", highlight=False)
         result = evaluate(handle, chosen, repeats,

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from optuna.artifacts import upload_artifact
 from optuna.trial import FrozenTrial
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from tuner.engines.model_config import read_model_config
 from tuner.errors import InputError
@@ -27,6 +27,7 @@ from tuner.record import schema
 from tuner.record.storage import artifact_store, data_dir
 from tuner.report.data import WORKLOAD_METRICS, contenders
 from tuner.space import Space, Workload
+from tuner.space.workload_sets import SEED_STUDY, expand_entries, seed_study
 from tuner.study.lifecycle import StudyHandle
 from tuner.trial.runner import TrialOutcome, run_trial
 from tuner.yaml_io import load_model
@@ -35,23 +36,11 @@ from tuner.yaml_io import load_model
 SUMMARY_METRICS = tuple(m for m, _, _ in WORKLOAD_METRICS) + ("mean_ttft_ms", "completed", "failed")
 
 
-def seed_study_workloads(max_len: int | None, sharegpt_path: str | None = None) -> list[Workload]:
-    """The motivating study's workloads (seed 42, rate inf), each cut to fit ``max_len``.
-
-    ShareGPT is included when a file is given. Random prompts longer than the model's context
-    would all be refused, so the input length is capped to ``max_len - output`` and the name says
-    the lengths actually sent.
-    """
-    out = [] if sharegpt_path is None else [
-        Workload(name="sharegpt", dataset="sharegpt", dataset_path=sharegpt_path,
-                 num_prompts=1000, seed=42)]
-    for label, n, inp, outp in (("short", 1000, 128, 4), ("medium", 500, 2000, 100),
-                                ("long", 500, 4000, 200), ("very-long", 100, 32000, 100)):
-        if max_len is not None and inp + outp > max_len:
-            inp = max_len - outp
-        out.append(Workload(name=f"{label}-{inp}-{outp}", num_prompts=n, random_input_len=inp,
-                            random_output_len=outp, seed=42))
-    return out
+def seed_study_workloads(max_len: int | None, sharegpt_path: str | None = None,
+                         num_prompts: int | None = None) -> list[Workload]:
+    """The motivating study's workloads (``tuner.space.workload_sets``), each cut to fit
+    ``max_len``; ShareGPT is included when a file is given."""
+    return [Workload(**w) for w in seed_study(max_len, sharegpt_path, num_prompts)]
 
 
 def model_context(space: Space) -> int | None:
@@ -64,9 +53,16 @@ class _WorkloadFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     evaluation_workloads: list[Workload]
 
+    @field_validator("evaluation_workloads", mode="before")
+    @classmethod
+    def _expand_sets(cls, value: Any) -> Any:
+        return expand_entries(value)
 
-def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None) -> list[Workload]:
-    """``from-space``, ``seed-study``, a YAML file with ``evaluation_workloads:``, or names.
+
+def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None,
+                      num_prompts: int | None = None) -> list[Workload]:
+    """``from-space``, ``seed-study``, a YAML file with ``evaluation_workloads:``, or names;
+    ``num_prompts`` replaces every chosen workload's (a short run).
 
     Names are looked up in the space's evaluation workloads, then its search workloads, then the
     seed-study set.
@@ -78,7 +74,7 @@ def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None)
             raise InputError(f"--workloads from-space: space {space.name!r} defines no "
                              "evaluation_workloads; add a list there, or pass a YAML file, "
                              "seed-study, or workload names")
-    elif spec == "seed-study":
+    elif spec == SEED_STUDY:
         if not sharegpt_path:
             raise InputError("--workloads seed-study includes ShareGPT: pass --sharegpt PATH (a "
                              "ShareGPT JSON file), or name the other workloads")
@@ -102,6 +98,8 @@ def resolve_workloads(spec: str, space: Space, sharegpt_path: str | None = None)
     if len(set(names)) != len(names):
         raise InputError(f"--workloads {spec!r}: workload names repeat ({', '.join(names)}); "
                          "each needs its own name")
+    if num_prompts is not None:
+        found = [w.model_copy(update={"num_prompts": num_prompts}) for w in found]
     return found
 
 

@@ -8,7 +8,7 @@ bundled name, a name from the user's ``./search_spaces/``, or a path to a YAML f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -16,8 +16,9 @@ from tuner.engines.runtimes import TUNER_SET_FLAGS
 from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
 from tuner.record.schema import QUALITY_REFERENCE_ARM
-from tuner.space.bench_settings import BenchSettings
+from tuner.space.bench_settings import FILE_DATASETS, BenchSettings
 from tuner.space.precision import PRECISION_KNOBS, precision_of
+from tuner.space.workload_sets import expand_entries
 
 Scalar = bool | int | float | str
 
@@ -162,8 +163,8 @@ class Workload(BenchSettings):
 
     @model_validator(mode="after")
     def _check(self) -> "Workload":
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset sharegpt needs dataset_path")
+        if self.dataset in FILE_DATASETS and not self.dataset_path:
+            raise ValueError(f"dataset {self.dataset} needs dataset_path")
         return self
 
 
@@ -382,6 +383,17 @@ class Space(_Strict):
 
     def all_workloads(self) -> list[Workload]:
         return list(self.workloads) or [self.workload]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sets(cls, data: Any) -> Any:
+        # `{set: seed-study, ...}` in a workload list stands for that named set's workloads.
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("workloads", "evaluation_workloads"):
+                if key in data:
+                    data[key] = expand_entries(data[key])
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "Space":

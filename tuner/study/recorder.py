@@ -37,7 +37,8 @@ HEADLINE_METRICS = (
     "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "p99_itl_ms", "completed", "failed", "duration",
     "joules_per_output_token", "gpu_memory_peak_mib", "gpu_utilization_mean_pct",
-    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct", GPUS, TOKENS_PER_GPU_HOUR,
+    "gpu_power_mean_w", "engine_rss_peak_mib", "engine_cpu_mean_pct", "prefix_cache_hit_rate",
+    GPUS, TOKENS_PER_GPU_HOUR,
 )
 
 

@@ -437,4 +437,18 @@ def derived(result: dict[str, Any], output_tokens: int) -> dict[str, float | Non
         "gpu_power_mean_w": sum(power) if power else None,
         "engine_rss_peak_mib": (cpu.get("engine_rss_mib") or {}).get("max"),
         "engine_cpu_mean_pct": (cpu.get("engine_cpu_pct") or {}).get("mean"),
+        "prefix_cache_hit_rate": prefix_cache_hit_rate(result),
     }
+
+
+def prefix_cache_hit_rate(result: dict[str, Any]) -> float | None:
+    """Share of prompt tokens the engine found in its prefix cache during the run (0-1): vLLM's
+    ``prefix_cache_hits`` over ``prefix_cache_queries`` counters (tokens), else SGLang's
+    ``cache_hit_rate`` gauge averaged over the run's samples; None where the engine reports neither
+    or the run queried no cache."""
+    summary = (result.get("engine_metrics") or {}).get("summary") or {}
+    queries = (summary.get("prefix_cache_queries") or {}).get("delta")
+    hits = (summary.get("prefix_cache_hits") or {}).get("delta")
+    if queries and hits is not None:
+        return hits / queries
+    return (summary.get("prefix_cache_hit_rate") or {}).get("mean")

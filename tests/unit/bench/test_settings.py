@@ -17,7 +17,11 @@ from tuner.space.bench_settings import DEFAULTS, BenchSettings, flag, help_of
 BENCH_FLAGS = {
     "--model", "--base-url", "--host", "--port", "--endpoint", "--served-model-name", "--tokenizer",
     "--dataset-name", "--dataset-path", "--num-prompts", "--random-input-len", "--random-output-len",
-    "--random-range-ratio", "--random-prefix-len", "--sharegpt-output-len", "--request-rate",
+    "--random-range-ratio", "--random-prefix-len", "--sharegpt-output-len", "--custom-output-len",
+    "--skip-chat-template", "--disable-shuffle", "--prefix-repetition-prefix-len",
+    "--prefix-repetition-suffix-len", "--prefix-repetition-num-prefixes",
+    "--prefix-repetition-output-len", "--multi-turn-turns", "--multi-turn-input-len",
+    "--multi-turn-output-len", "--time-scale", "--trace-block-size", "--request-rate",
     "--burstiness", "--max-concurrency", "--goodput", "--percentile-metrics", "--metric-percentiles",
     "--seed", "--num-warmups", "--ignore-eos", "--no-ignore-eos", "--temperature", "--omit-field",
     "--request-timeout", "--save-result", "--result-dir", "--result-filename", "--disable-tqdm",

@@ -4,8 +4,10 @@ import textwrap
 
 import optuna
 import pytest
+import yaml
 
 from tuner.errors import InputError
+from tuner.paths import SPACES_DIR
 from tuner.space import available_spaces, baseline_params, load_space, suggest
 
 GOOD = """\
@@ -94,3 +96,24 @@ def test_unknown_space_lists_available_ones():
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         load_space(str(tmp_path / "missing.yaml"))
+
+
+def test_a_named_workload_set_expands_in_a_space(tmp_path):
+    from tuner.space import load_space
+    from tuner.space.workload_sets import seed_study
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["workloads"] = [{"set": "seed-study", "num_prompts": 3, "max_len": 4096}]
+    data["evaluation_workloads"] = [{"set": "seed-study", "dataset_path": "/d/sg.json"}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    space = load_space(str(path))
+    assert [w.name for w in space.workloads] == ["short-128-4", "medium-2000-100",
+                                                 "long-3896-200", "very-long-3996-100"]
+    assert {w.num_prompts for w in space.workloads} == {3}
+    assert [(w.name, w.num_prompts) for w in space.evaluation_workloads] == [
+        (w["name"], w["num_prompts"]) for w in seed_study(None, "/d/sg.json")]
+    assert [w.num_prompts for w in space.evaluation_workloads] == [1000, 1000, 500, 500, 100]
+    data["workloads"] = [{"set": "no-such-set"}]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="unknown workload set 'no-such-set'; known: seed-study"):
+        load_space(str(path))
