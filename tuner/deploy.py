@@ -255,6 +255,13 @@ def _docker_options(args: list[str], keep: tuple[str, ...] = ()
     return known, other
 
 
+def _hf_cache_volume(d: Deployment, volumes: list[str]) -> bool:
+    """Whether the deployment gets its own volume at HF_CACHE: where the model comes from the hub
+    and the space's args mount nothing there already (docker refuses a duplicate mount point)."""
+    targets = {v.split(":")[1] if ":" in v else v for v in volumes}  # SRC:DST[:MODE] or DST
+    return d.model_dir is None and HF_CACHE not in targets
+
+
 class _Dumper(yaml.SafeDumper):
     """No anchors (``&id001``) for repeated label maps; multi-line text (a config file) as a block."""
 
@@ -324,10 +331,10 @@ def render_command(d: Deployment) -> str:
     options, _ = _docker_options(d.docker_args)
     if d.shared_memory and not ({"ipc", "shm_size"} & set(options)):
         run += ["--ipc", "host"]
-    if d.model_dir is None:
-        run += ["-v", f"huggingface:{HF_CACHE}"]
-    else:
+    if d.model_dir is not None:
         run += ["-v", f"{d.model_dir}:{d.model_dir}:ro"]
+    elif _hf_cache_volume(d, options.get("volume", [])):
+        run += ["-v", f"huggingface:{HF_CACHE}"]
     if d.config_file is not None:
         run += ["-v", f"${{PWD}}/{d.config_file.name}:{CONFIG_DIR}/{d.config_file.name}:ro"]
     for name in d.secrets:
@@ -378,8 +385,9 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
     env.update({k: _compose_ref(k, required) for k, required in d.secrets.items()})
     if env:
         service["environment"] = env
-    volumes = [f"huggingface:{HF_CACHE}"] if d.model_dir is None else [
-        f"{d.model_dir}:{d.model_dir}:ro"]
+    hf_volume = _hf_cache_volume(d, options.get("volume", []))
+    volumes = ([f"{d.model_dir}:{d.model_dir}:ro"] if d.model_dir is not None else
+               [f"huggingface:{HF_CACHE}"] if hf_volume else [])
     service["volumes"] = volumes + options.get("volume", [])
     if options.get("shm_size"):
         service["shm_size"] = options["shm_size"][-1]
@@ -400,7 +408,7 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
     service["healthcheck"] = {"test": ["CMD", "python3", "-c", probe], "interval": "10s",
                               "timeout": "5s", "retries": 3, "start_period": f"{int(d.startup_s)}s"}
     doc: dict[str, Any] = {"services": {d.name: service}}
-    if d.model_dir is None:
+    if hf_volume:
         doc["volumes"] = {"huggingface": {}}
     if d.config_file is not None:
         key = dns_name(d.config_file.name)
@@ -449,12 +457,12 @@ def kubernetes_documents(d: Deployment) -> tuple[list[dict[str, Any]], list[str]
             for n, req in d.secrets.items()]
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
-    if d.model_dir is None:
+    if _hf_cache_volume(d, options.get("volume", [])):
         notes.append(f"Weights download into an emptyDir at {HF_CACHE} on each start: use a "
                      "PersistentVolumeClaim to keep them.")
         volumes.append({"name": "huggingface", "emptyDir": {}})
         mounts.append({"name": "huggingface", "mountPath": HF_CACHE})
-    else:
+    elif d.model_dir is not None:
         notes.append(f"The model is read from {d.model_dir} on the node (hostPath).")
         volumes.append({"name": "model", "hostPath": {"path": d.model_dir, "type": "Directory"}})
         mounts.append({"name": "model", "mountPath": d.model_dir, "readOnly": True})
