@@ -27,48 +27,50 @@ _compose_answers() {
 }
 
 _apt_update() {
-  [ -z "$APT_UPDATED" ] || return 0
   APT_UPDATED=1
   echo "docker: apt-get update (the package lists may be stale or empty)..."
   apt-get update -q >/dev/null 2>&1
 }
 
-# The candidate version of Debian package $1, or nothing. The policy is read whole into a variable:
-# `apt-cache policy | grep -q` fails under pipefail once grep stops reading early. Where the lists
-# have no candidate, they are updated once and read again.
+# Sets APT_CANDIDATE to the candidate version of Debian package $1, empty where the apt sources have
+# none; 1 then. The policy is read whole into a variable: `apt-cache policy | grep -q` fails under
+# pipefail once grep stops reading early. Where the lists have no candidate, they are updated once
+# and read again.
+APT_CANDIDATE=""
 _apt_candidate() {
   local policy
   policy="$(apt-cache policy "$1" 2>/dev/null)"
-  if [[ ! "$policy" =~ Candidate:\ [0-9] ]]; then
+  if [[ ! "$policy" =~ Candidate:\ [0-9] ]] && [ -z "$APT_UPDATED" ]; then
     _apt_update
     policy="$(apt-cache policy "$1" 2>/dev/null)"
   fi
-  [[ "$policy" =~ Candidate:\ ([0-9][^[:space:]]*) ]] && echo "${BASH_REMATCH[1]}"
+  APT_CANDIDATE=""
+  [[ "$policy" =~ Candidate:\ ([0-9][^[:space:]]*) ]] && APT_CANDIDATE="${BASH_REMATCH[1]}"
 }
+
+_apt_root() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; }
 
 # Installs Debian's package $1 ($2 says what it brings); 1 with the reason where it cannot.
 _apt_install() {
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  if ! _apt_root; then
     echo "docker: installing $2 needs root and apt-get"
     return 1
   fi
-  local version
-  version="$(_apt_candidate "$1")"
-  if [ -z "$version" ]; then
+  if ! _apt_candidate "$1"; then
     echo "docker: no $1 package in this machine's apt sources, even after apt-get update"
     return 1
   fi
-  echo "docker: installing Debian's $1 $version ($2)..."
+  echo "docker: installing Debian's $1 $APT_CANDIDATE ($2)..."
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$1" >/dev/null \
     && return 0
+  [ -z "$APT_UPDATED" ] || { echo "docker: apt-get install $1 failed"; return 1; }
   _apt_update   # a stale list names files the mirror no longer has
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$1" >/dev/null \
     || { echo "docker: apt-get install $1 failed"; return 1; }
 }
 
 _compose_install() {
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 \
-      && [ -n "$(_apt_candidate docker-compose-plugin)" ]; then
+  if _apt_root && _apt_candidate docker-compose-plugin; then
     _apt_install docker-compose-plugin "the docker compose plugin"
   else
     _apt_install docker-compose "the standalone docker-compose"
