@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import optuna
+import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
@@ -41,6 +43,14 @@ def small_space(tmp_path: Path, *, num_prompts: int, n_trials: int, baselines: l
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def no_docker(message: str) -> NoReturn:
+    """A missing Docker daemon or compose command skips a test, except under scripts/test.sh, which
+    set them up for the run (TUNER_REQUIRE_CONTAINERS): there it fails it."""
+    if os.environ.get("TUNER_REQUIRE_CONTAINERS"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def run_tune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:

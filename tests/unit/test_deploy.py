@@ -1,6 +1,7 @@
 """`tuner.deploy`: a trial recorded by the real recorder becomes a command, a compose file and a
-Kubernetes Deployment + Service; compose is validated by `docker compose config` where the plugin
-exists, Kubernetes offline against the schemas of a pinned version; no secret value leaks."""
+Kubernetes Deployment + Service; compose is validated by `compose config` (the docker CLI's plugin,
+else Debian's standalone docker-compose: scripts/docker_daemon.sh installs one), Kubernetes offline
+against the schemas of a pinned version; no secret value leaks."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import optuna
 import pytest
 import yaml
 
+from tests.helpers import no_docker
 from tuner import deploy
 from tuner.configs.translate import build_plan
 from tuner.engines.spec import load_engine
@@ -173,25 +175,53 @@ def test_compose_with_a_generated_engine_config(tmp_path):
     service = doc["services"][d.name]
     assert service["command"][-2:] == ["--extra_llm_api_options", "/etc/tuner/trtllm-config.yaml"]
     assert str(tmp_path) not in yaml.safe_dump(doc)  # the trial folder stays behind
+    # The space mounts the host's Hugging Face cache: no named volume there too (docker refuses a
+    # duplicate mount point).
+    assert service["volumes"] == [f"{Path.home()}/.cache/huggingface:/root/.cache/huggingface"]
+    assert "volumes" not in doc
     assert service["ipc"] == "host"  # TensorRT-LLM needs shared memory
     assert "kv_cache_config" in doc["configs"]["trtllm-config-yaml"]["content"]
+
+
+INLINE_CONFIGS = (2, 23, 1)  # the first Compose with top-level `configs: {name: {content: ...}}`
+
+
+def _compose() -> tuple[list[str], tuple[int, ...]]:
+    """The compose command here and its version: the docker CLI's plugin, else the standalone
+    docker-compose (Debian 12's is Compose 1.29.2)."""
+    for argv in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        out = subprocess.run([*argv, "version", "--short"], capture_output=True, text=True,
+                             check=False)
+        found = re.match(r"v?(\d+)\.(\d+)\.(\d+)", out.stdout.strip())
+        if out.returncode == 0 and found:
+            return argv, tuple(int(n) for n in found.groups())
+    no_docker("no compose command here (neither `docker compose` nor `docker-compose`): the "
+              "compose file is not validated; scripts/test.sh installs Debian's as root "
+              "(scripts/docker_daemon.sh)")
+
+
+def _configs_to_files(text: str, folder: Path) -> str:
+    """The same file with each inline config in a file beside it, for a Compose that predates
+    inline configs; all else as written."""
+    doc = yaml.safe_load(text)
+    for name, config in doc.get("configs", {}).items():
+        (folder / name).write_text(config.pop("content").replace("$$", "$"))
+        config["file"] = f"./{name}"
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 @pytest.mark.parametrize("make", ["_host_trial", "_container_trial", "_trtllm_trial"])
 def test_docker_compose_config_accepts_the_file(tmp_path, make):
     space, trial = globals()[make](tmp_path)
     text = deploy.render_compose(deploy.deployment_from_trial(trial, space, image="example/engine:1"))
-    if shutil.which("docker") is None:
-        pytest.skip("no docker CLI here: `docker compose config` cannot check the file")
-    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True,
-                           check=False)
-    if probe.returncode != 0:
-        pytest.skip("the docker CLI here has no compose plugin (`docker compose version`: "
-                    f"{(probe.stderr or probe.stdout).strip().splitlines()[0]}): the compose "
-                    "file is not validated")
+    compose, version = _compose()
+    if version < INLINE_CONFIGS and "content:" in text:
+        text = _configs_to_files(text, tmp_path)
     path = tmp_path / "compose.yaml"
     path.write_text(text)
-    config = ["docker", "compose", "-f", str(path), "config", "--quiet"]
+    config = [*compose, "-f", str(path), "config", "--quiet"]
     refs = {"API_KEY", "HF_TOKEN", "CLOUD_TOKEN"} & set(re.findall(r"\$\{(\w+):\?", text))
     if refs:  # a required secret that is unset stops compose with its name
         out = subprocess.run(config, capture_output=True, text=True, check=False,

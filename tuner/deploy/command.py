@@ -8,7 +8,7 @@ import shlex
 
 from optuna.trial import FrozenTrial
 
-from tuner.deploy.common import CONFIG_DIR, HF_CACHE, engine_args
+from tuner.deploy.common import CONFIG_DIR, HF_CACHE, engine_args, hf_cache_volume
 from tuner.deploy.deployment import Deployment, deployment_from_trial, docker_options
 from tuner.errors import InputError
 from tuner.record import schema
@@ -43,10 +43,10 @@ def render_command(d: Deployment) -> str:
     options, _ = docker_options(d.docker_args)
     if d.shared_memory and not ({"ipc", "shm_size"} & set(options)):
         run += ["--ipc", "host"]
-    if d.model_dir is None:
-        run += ["-v", f"huggingface:{HF_CACHE}"]
-    else:
+    if d.model_dir is not None:
         run += ["-v", f"{d.model_dir}:{d.model_dir}:ro"]
+    elif hf_cache_volume(d, options.get("volume", [])):
+        run += ["-v", f"huggingface:{HF_CACHE}"]
     if d.config_file is not None:
         run += ["-v", f"${{PWD}}/{d.config_file.name}:{CONFIG_DIR}/{d.config_file.name}:ro"]
     for name in d.secrets:

@@ -34,6 +34,13 @@ _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
     "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
+def hf_cache_volume(d: Deployment, volumes: list[str]) -> bool:
+    """Whether the deployment gets its own volume at HF_CACHE: where the model comes from the hub
+    and the space's args mount nothing there already (docker refuses a duplicate mount point)."""
+    targets = {v.split(":")[1] if ":" in v else v for v in volumes}  # SRC:DST[:MODE] or DST
+    return d.model_dir is None and HF_CACHE not in targets
+
+
 def dump_yaml(documents: list[dict[str, Any]]) -> str:
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=100)
 

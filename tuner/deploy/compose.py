@@ -6,7 +6,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from tuner.deploy.common import CONFIG_DIR, HF_CACHE, dump_yaml, engine_args, header, needs_image
+from tuner.deploy.common import (CONFIG_DIR, HF_CACHE, dump_yaml, engine_args, header,
+                                 hf_cache_volume, needs_image)
 from tuner.deploy.deployment import REF, Deployment, dns_name, docker_options
 
 
@@ -46,8 +47,9 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
     env.update({k: _compose_ref(k, required) for k, required in d.secrets.items()})
     if env:
         service["environment"] = env
-    volumes = [f"huggingface:{HF_CACHE}"] if d.model_dir is None else [
-        f"{d.model_dir}:{d.model_dir}:ro"]
+    hf_volume = hf_cache_volume(d, options.get("volume", []))
+    volumes = ([f"{d.model_dir}:{d.model_dir}:ro"] if d.model_dir is not None else
+               [f"huggingface:{HF_CACHE}"] if hf_volume else [])
     service["volumes"] = volumes + options.get("volume", [])
     if options.get("shm_size"):
         service["shm_size"] = options["shm_size"][-1]
@@ -68,7 +70,7 @@ def compose_document(d: Deployment) -> tuple[dict[str, Any], list[str]]:
     service["healthcheck"] = {"test": ["CMD", "python3", "-c", probe], "interval": "10s",
                               "timeout": "5s", "retries": 3, "start_period": f"{int(d.startup_s)}s"}
     doc: dict[str, Any] = {"services": {d.name: service}}
-    if d.model_dir is None:
+    if hf_volume:
         doc["volumes"] = {"huggingface": {}}
     if d.config_file is not None:
         key = dns_name(d.config_file.name)

@@ -7,7 +7,8 @@ import os
 import re
 from typing import Any
 
-from tuner.deploy.common import CONFIG_DIR, HF_CACHE, dump_yaml, engine_args, header, needs_image
+from tuner.deploy.common import (CONFIG_DIR, HF_CACHE, dump_yaml, engine_args, header,
+                                 hf_cache_volume, needs_image)
 from tuner.deploy.deployment import REF, Deployment, docker_options
 
 
@@ -52,12 +53,12 @@ def kubernetes_documents(d: Deployment) -> tuple[list[dict[str, Any]], list[str]
             for n, req in d.secrets.items()]
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
-    if d.model_dir is None:
+    if hf_cache_volume(d, options.get("volume", [])):
         notes.append(f"Weights download into an emptyDir at {HF_CACHE} on each start: use a "
                      "PersistentVolumeClaim to keep them.")
         volumes.append({"name": "huggingface", "emptyDir": {}})
         mounts.append({"name": "huggingface", "mountPath": HF_CACHE})
-    else:
+    elif d.model_dir is not None:
         notes.append(f"The model is read from {d.model_dir} on the node (hostPath).")
         volumes.append({"name": "model", "hostPath": {"path": d.model_dir, "type": "Directory"}})
         mounts.append({"name": "model", "mountPath": d.model_dir, "readOnly": True})

@@ -21,7 +21,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.helpers import load, run_tune, wait_for
+from tests.helpers import load, no_docker, run_tune, wait_for
 from tuner.configs.container import unique_name
 from tuner.configs.translate import build_plan
 from tuner.engines.failures import NOT_THE_CONFIG, classify_exit
@@ -193,7 +193,8 @@ def _docker(*args: str) -> subprocess.CompletedProcess:
 def hostfs_image(tmp_path_factory) -> str:
     """An empty image: containers run the host's binaries through read-only bind mounts."""
     if shutil.which("docker") is None or _docker("info").returncode != 0:
-        pytest.skip("no Docker daemon answers (`docker info` failed): container launches need one")
+        no_docker("no Docker daemon answers (`docker info` failed): container launches need one; "
+                  "scripts/test.sh starts one as root (scripts/docker_daemon.sh)")
     created = _docker("image", "inspect", IMAGE).returncode != 0
     if created:
         empty = tmp_path_factory.mktemp("image") / "empty.tar"
