@@ -1,6 +1,9 @@
 """The performance model against measurements: for each measured config of a study, the prediction
 the tuner's estimator makes for it, and per engine the bias (geometric mean of measured/predicted),
-the spread sigma of log(measured/predicted) and Spearman's rho between the two.
+the spread sigma of log(measured/predicted) and Spearman's rho between the two, overall and within
+each quantization (``within_quantization``: whether the model orders the batching knobs once the
+quantization is settled; the last table printed). ``--estimator`` names any estimator of the registry,
+so two estimators are compared by running it twice on the same archives.
 
 Predictions run here, on the CPU machine (aiconfigurator-core is not carried to the GPU host); the
 space is the one stored in the study, its model a local folder with the same config.json (the
@@ -11,10 +14,12 @@ between configs, not between launches. ``--grid`` adds a measured grid (the peer
 H200, benchmarks/gpu_vllm_sweep.py convert), its runs of a config one row likewise; the gap is
 given over everything and per source.
 
-    .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz \\
+    PYTHONPATH=. .venv/bin/python benchmarks/calibrate.py docs/results/h200-engines.tar.gz \\
         docs/results/h200-vllm.tar.gz docs/results/h200-engines-prior.tar.gz \\
+        benchmarks/data/h200-h2h/h2h-prior.tar.gz benchmarks/data/h200-h2h/h2h-noprior.tar.gz \\
+        benchmarks/data/h200-sglang-grid.tar.gz \\
         --grid benchmarks/data/grid-vllm-h200.json --gpu h200-141gb \\
-        --out benchmarks/data/reality-gap-h200.json      # the gap benchmarks/replay_gpu.py reads
+        --out benchmarks/data/reality-gap-h200.json      # the gap benchmarks/replay_gpu.py reads; ~2 min
     .venv/bin/python benchmarks/calibrate.py --grid benchmarks/data/grid-vllm-h200.json --gpu h200-141gb \
         --out benchmarks/data/reality-gap-h200-sweep.json
 """
@@ -87,8 +92,34 @@ def with_predictions(rows: list[dict], space, estimator, hardware) -> list[dict]
     for r in rows:
         est = predict(estimator, space, r["engine"], r["knobs"], hardware)
         r.update(predicted=objective_value(est, space.objective.metric), unsupported=est.unsupported,
-                 notes=list(est.notes))
+                 notes=list(est.notes), quantization=quantization(space, r["engine"], r["knobs"]))
     return rows
+
+
+def quantization(space, engine: str, knobs: dict) -> str:
+    """The weights a config ran with: its quantization knob, else the space's default for it (an
+    engine's defaults run BF16 weights unless the space says otherwise)."""
+    if "quantization" in knobs:
+        return str(knobs["quantization"])
+    param = space.engines[engine].params.get("quantization")
+    return str(param.default) if param is not None and param.default is not None else "none"
+
+
+def within_quantization(rows: list[dict]) -> dict:
+    """Per engine and quantization: Spearman's rho of predicted against measured over the configs
+    that got a prediction. Across quantizations the model's rho is mostly the FP8 step; within one
+    it is whether the model orders the batching knobs, which is what the prior must get right once
+    the quantization is settled. Fewer than 3 configs: no rho."""
+    out: dict[str, dict] = {}
+    for engine, quant in sorted({(r["engine"], r["quantization"]) for r in rows}):
+        have = [r for r in rows if r["engine"] == engine and r["quantization"] == quant and r["predicted"]]
+        out.setdefault(engine, {})[quant] = {
+            "n": len(have),
+            "distinct_predictions": len({r["predicted"] for r in have}),
+            "spearman_rho": (spearman([r["predicted"] for r in have], [r["measured"] for r in have])
+                             if len(have) > 2 else None),
+        }
+    return out
 
 
 def fp8_step(rows: list[dict]) -> dict | None:
@@ -117,6 +148,7 @@ def gap(rows: list[dict]) -> dict:
             "spearman_rho": (spearman([r["predicted"] for r in have], [r["measured"] for r in have])
                              if len(have) > 2 else None),
             "fp8_step": fp8_step(have),
+            "within_quantization": within_quantization(have).get(engine, {}),
         }
     return out
 
@@ -164,6 +196,13 @@ def main() -> None:
             step = f" fp8 step measured {step['measured']:.3f} predicted {step['predicted']:.3f}" if step else ""
             print(f"{source} {engine}: n={g['n']} bias={g['bias']} sigma_log={g['sigma_log']} "
                   f"rho={g['spearman_rho']}{step}")
+    print(f"\nWithin engine x quantization ({args.estimator}, all sources):")
+    print("| engine | quantization | n | distinct predictions | Spearman rho |")
+    print("|---|---|---|---|---|")
+    for engine, g in doc["gap"].items():
+        for quant, w in g["within_quantization"].items():
+            rho = f"{w['spearman_rho']:.2f}" if w["spearman_rho"] is not None else "- (n < 3)"
+            print(f"| {engine} | {quant} | {w['n']} | {w['distinct_predictions']} | {rho} |")
 
 
 if __name__ == "__main__":

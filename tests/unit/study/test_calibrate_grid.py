@@ -51,3 +51,22 @@ def test_online_fp8s_step_is_the_ratio_of_the_halves_geometric_means():
     assert step["measured"] == pytest.approx((120 * 150) ** 0.5 / (100 * 90) ** 0.5)
     assert step["predicted"] == pytest.approx((300 * 330) ** 0.5 / (250 * 240) ** 0.5)
     assert calibrate.fp8_step(rows[2:]) is None          # one half only: no step
+
+
+def test_rho_within_each_engine_and_quantization_ignores_the_step_between_them():
+    # Across the halves the order is perfect (the FP8 step); within each the model orders backwards.
+    rows = [{"engine": "vllm", "quantization": q, "measured": m, "predicted": p}
+            for q, m, p in [("fp8", 130.0, 300.0), ("fp8", 140.0, 290.0), ("fp8", 150.0, 280.0),
+                            ("none", 100.0, 250.0), ("none", 105.0, 240.0), ("none", 110.0, 230.0),
+                            ("awq", 90.0, None)]]
+    within = calibrate.within_quantization(rows)["vllm"]
+    assert within["fp8"]["spearman_rho"] == pytest.approx(-1.0)
+    assert within["none"]["spearman_rho"] == pytest.approx(-1.0)
+    assert within["awq"] == {"n": 0, "distinct_predictions": 0, "spearman_rho": None}
+
+
+def test_a_config_left_at_the_engines_default_counts_with_the_spaces_default_quantization():
+    from tuner.space import load_space
+    space = load_space("h200-vllm-grid")
+    assert calibrate.quantization(space, "vllm", {}) == "none"
+    assert calibrate.quantization(space, "vllm", {"quantization": "fp8"}) == "fp8"
