@@ -85,9 +85,15 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _ranks(x: Sequence[float]) -> np.ndarray:
+    """Ranks with ties at their mean rank: a model that predicts one value for several configs
+    (a knob it does not model) gets neither credit nor blame for the order they were listed in."""
+    x = np.asarray(x, dtype=float)
     order = np.argsort(x, kind="stable")
     ranks = np.empty(len(x))
     ranks[order] = np.arange(len(x))
+    for value in np.unique(x):
+        tied = x == value
+        ranks[tied] = ranks[tied].mean()
     return ranks
 
 

@@ -171,3 +171,12 @@ def test_seeds_leave_the_group_the_model_pick_covers_for_last():
     assert groups == [("vllm", "fp8"), ("vllm", "none"), ("sglang", "none")]
     assert seeds(preds, 1, covered=[pick])[0].value == 25000
     assert seeds(preds, 1)[0].value == 26000    # nothing covered: the best of every group
+
+
+def test_tied_predictions_share_their_rank_instead_of_the_order_they_were_listed_in():
+    # A model that gives three configs one value has no opinion on their order: listing them in the
+    # measured order must not earn it a perfect rho, nor the reverse order a negative one.
+    measured = [1.0, 2.0, 3.0, 4.0]
+    assert spearman([5.0, 5.0, 5.0, 9.0], measured) == pytest.approx(0.7745966692)
+    assert spearman([5.0, 5.0, 5.0, 9.0], measured[::-1]) == pytest.approx(-0.7745966692)
+    assert spearman([1.0, 2.0, 3.0, 4.0], measured) == pytest.approx(1.0)
