@@ -70,6 +70,9 @@ def gap_command(
         step = f", FP8 step measured {step['measured']:.3f} predicted {step['predicted']:.3f}" if step else ""
         console.print(f"{engine}: n={g['n']} bias (measured/predicted) {g['bias']:.3f}, "
                       f"sigma of log ratio {sigma}, Spearman rho {rho}{step}", highlight=False)
+        within = ", ".join(f"{q} {w['spearman_rho']:+.2f} (n={w['n']})" if w["spearman_rho"] is not None
+                           else f"{q} - (n={w['n']})" for q, w in g["within_quantization"].items())
+        console.print(f"  Spearman rho within each quantization: {within}", highlight=False)
     if out is not None:
         doc = {"study": study, "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
                "configs": [{**r.__dict__, "measured": r.measured} for r in rows]}

@@ -85,9 +85,22 @@ def fp8_step(rows: list[Row]) -> dict[str, float] | None:
                           / geomean([r.predicted or 0.0 for r in halves["none"]]))}
 
 
+def rho_within_quantization(rows: list[Row]) -> dict[str, dict[str, Any]]:
+    """Spearman rho within each quantization (n >= 3): whether the model orders the batching
+    knobs, once the step between weight formats, which dominates the overall rho, is taken out."""
+    out: dict[str, dict[str, Any]] = {}
+    for quant in sorted({str(r.knobs.get("quantization", "none")) for r in rows}):
+        have = [r for r in rows if str(r.knobs.get("quantization", "none")) == quant]
+        out[quant] = {"n": len(have), "spearman_rho": (
+            spearman([r.predicted or 0.0 for r in have], [r.measured for r in have])
+            if len(have) > 2 else None)}
+    return out
+
+
 def gap(rows: list[Row]) -> dict[str, dict[str, Any]]:
     """Per engine: n, bias, sigma_log (n >= 2) and spearman_rho (n >= 3) over the rows with a
-    prediction, and the FP8 step where both halves were measured."""
+    prediction, the same rho within each quantization, and the FP8 step where both halves were
+    measured."""
     out: dict[str, dict[str, Any]] = {}
     for engine in sorted({r.engine for r in rows}):
         have = [r for r in rows if r.engine == engine and r.predicted]
@@ -98,6 +111,7 @@ def gap(rows: list[Row]) -> dict[str, dict[str, Any]]:
             "sigma_log": statistics.stdev(logs) if len(logs) > 1 else None,
             "spearman_rho": (spearman([r.predicted or 0.0 for r in have], [r.measured for r in have])
                              if len(have) > 2 else None),
+            "within_quantization": rho_within_quantization(have),
             "fp8_step": fp8_step(have),
         }
     return out

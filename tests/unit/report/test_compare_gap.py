@@ -91,6 +91,7 @@ def test_the_gap_is_bias_spread_and_rank_order_per_engine(two_studies, tmp_path)
     assert g["n"] == 2 and g["bias"] == pytest.approx(math.exp(sum(logs) / 2))
     assert g["sigma_log"] == pytest.approx(abs(logs[0] - logs[1]) / math.sqrt(2))
     assert g["spearman_rho"] is None and g["fp8_step"] is None      # 2 configs: no rank order
+    assert g["within_quantization"] == {"none": {"n": 2, "spearman_rho": None}}
     out = tmp_path / "gap.json"
     r = runner.invoke(app, ["gap", "first", "--gpu", "cpu", "--estimator", "test-linear", "--out", str(out)])
     assert r.exit_code == 0, r.output
