@@ -270,15 +270,16 @@ def sampler_for(space: Space, *, worker_seed: bool = False,
     ``worker_seed``: a process joining or resuming a study draws its own random stream, or two
     workers with the space's seed would propose the very same configs."""
     engines = list(space.engines)
-    defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
     engine_defaults = {name: {p: param.default for p, param in choice.params.items()
                               if param.default is not None}
-                       for name, choice in space.engines.items()} if len(engines) > 1 else {}
+                       for name, choice in space.engines.items()}
+    # One value per knob name: the first engine's default where several engines search it.
+    defaults: dict = {ENGINE_PARAM: engines[0]} if len(engines) > 1 else {}
+    for own in engine_defaults.values():
+        defaults = {**own, **defaults}
     grid: dict[str, list] | None = {ENGINE_PARAM: engines} if len(engines) > 1 else {}
     for choice in space.engines.values():
         for pname, p in choice.params.items():
-            if p.default is not None:
-                defaults.setdefault(pname, p.default)
             values = grid_values(p)
             if values is None or grid is None:
                 grid = None
