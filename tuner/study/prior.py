@@ -274,6 +274,13 @@ class PriorSampler(optuna.samplers.BaseSampler):
         if choice is not None:
             self._chosen[trial.number] = dict(choice.params)
 
+    def left_to_engine(self, study: optuna.Study, number: int) -> list[str]:
+        """A config the prior proposes sets every knob; otherwise the base sampler's choice."""
+        if number in self._chosen:
+            return []
+        ask = getattr(self.base, "left_to_engine", None)
+        return ask(study, number) if ask else []
+
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if trial.number in self._chosen:

@@ -23,6 +23,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import InputError
+from tuner.record import schema
 from tuner.record.schema import launched
 from tuner.registry import Registry
 from tuner.space.model import Space
@@ -47,6 +48,9 @@ class SamplerSpec:
     # Each engine's own documented defaults, where a space searches several engines: one knob
     # name can default differently per engine (SGLang's memory fraction is not vLLM's).
     engine_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each engine's knobs: those without a documented default are the engine's own choice until
+    # a procedure that starts at the defaults (greedy) reaches them.
+    engine_knobs: dict[str, list[str]] = field(default_factory=dict)
 
 
 SAMPLERS: Registry[Callable[[SamplerSpec], optuna.samplers.BaseSampler]] = Registry("sampler")
@@ -116,7 +120,16 @@ def _grid(s: SamplerSpec) -> optuna.samplers.BaseSampler:
 def _greedy(s: SamplerSpec) -> optuna.samplers.BaseSampler:
     if s.multi_objective:
         raise InputError("sampler 'greedy' needs a single objective")
-    return GreedySampler(s.defaults, seed=s.seed, engine_defaults=s.engine_defaults)
+    return GreedySampler(s.defaults, seed=s.seed, engine_defaults=s.engine_defaults,
+                         engine_knobs=s.engine_knobs)
+
+
+def left_to_engine(sampler: optuna.samplers.BaseSampler, study: optuna.Study,
+                   number: int) -> list[str]:
+    """Knobs the sampler leaves to the engine in trial ``number`` (launched without their flag):
+    greedy's, for knobs it has not reached that have no documented default."""
+    ask = getattr(sampler, "left_to_engine", None)
+    return ask(study, number) if ask else []
 
 
 def make_sampler(name: str, spec: SamplerSpec) -> optuna.samplers.BaseSampler:
@@ -158,14 +171,21 @@ class GreedySampler(optuna.samplers.BaseSampler):
     (``engine_defaults``), as a person compares engines before tuning the fastest.
 
     Stateless: the next config is derived from the finished trials, so it resumes and replays
-    deterministically. Params the procedure has not reached stay at their defaults. Once every
-    knob's ladder is done it keeps proposing the incumbent (callers stop at their budget).
+    deterministically. Params the procedure has not reached stay at their defaults; one without a
+    documented default (``engine_knobs`` names it, ``engine_defaults`` does not) is left to the
+    engine (``left_to_engine``: launched without its flag), as a person who has not touched it
+    would. Once every knob's ladder is done it keeps proposing the incumbent (callers stop at
+    their budget).
     """
 
     def __init__(self, defaults: dict[str, Any], *, seed: int | None = None,
-                 engine_defaults: dict[str, dict[str, Any]] | None = None):
+                 engine_defaults: dict[str, dict[str, Any]] | None = None,
+                 engine_knobs: dict[str, list[str]] | None = None):
         self.defaults = dict(defaults)
         self.engine_defaults = dict(engine_defaults or {})
+        self._undocumented = {engine: [k for k in knobs if k not in self.engine_defaults.get(engine, {})]
+                              for engine, knobs in (engine_knobs or {}).items()}
+        self._sole_engine = next(iter(self._undocumented)) if len(self._undocumented) == 1 else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._plans: dict[int, dict[str, Any]] = {}
 
@@ -177,30 +197,37 @@ class GreedySampler(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        plan = self._plans.get(trial.number)
-        if plan is None:
-            plan = self._plans[trial.number] = self._next(study, trial.number)
-        if param_name in plan and param_distribution._contains(
+        plan = self._plan(study, trial.number)
+        if param_name in plan and plan[param_name] is not _LEFT and param_distribution._contains(
                 param_distribution.to_internal_repr(plan[param_name])):
             return plan[param_name]
         if param_name in self.defaults:
             return self.defaults[param_name]
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
+    def left_to_engine(self, study: optuna.Study, number: int) -> list[str]:
+        """The knobs trial ``number`` leaves to its engine (see the class docstring)."""
+        return [k for k, v in self._plan(study, number).items() if v is _LEFT]
+
     def done(self, study: optuna.Study) -> bool:
         """Every knob's ladder has been measured: the procedure would only repeat itself."""
-        tried = [t.params for t in study.get_trials(deepcopy=False, states=_TRIED)]
+        tried = [_as_run(t) for t in study.get_trials(deepcopy=False, states=_TRIED)]
         return bool(tried) and _seen(self._next(study, -1), tried)
+
+    def _plan(self, study: optuna.Study, number: int) -> dict[str, Any]:
+        if number not in self._plans:
+            self._plans[number] = self._next(study, number)
+        return self._plans[number]
 
     def _next(self, study: optuna.Study, number: int) -> dict[str, Any]:
         history = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                    if t.number != number]
         # Screened-out configs (PRUNED) count as tried too: proposing them again would loop on a
         # ladder step that cannot win. Rule-pruned ones are COMPLETE and infeasible.
-        running = [t.params for t in study.get_trials(
+        running = [_as_run(t) for t in study.get_trials(
             deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
         distributions = _distributions(study)
-        tried = [t.params for t in history] + running
+        tried = [_as_run(t) for t in history] + running
         incumbent = self._at_defaults(dict(self.defaults))
         if incumbent and not _seen(incumbent, tried):
             return incumbent
@@ -213,16 +240,29 @@ class GreedySampler(optuna.samplers.BaseSampler):
             pending = [c for c in candidates if not _seen(c, tried)]
             if pending:
                 return pending[0]
-            scored = [(t.value, t.params) for t in history if t.value is not None and _feasible(t)
-                      and any(_same(t.params, c) for c in candidates + [incumbent])]
+            scored = [(t.value, _as_run(t)) for t in history if t.value is not None and _feasible(t)
+                      and any(_same(_as_run(t), c) for c in candidates + [incumbent])]
             if scored:
                 best = max(scored, key=lambda s: s[0]) if maximize else min(scored, key=lambda s: s[0])
                 incumbent = {**incumbent, **best[1]}
         return incumbent
 
     def _at_defaults(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``config`` with its engine's own defaults, where the space gives them."""
-        return {**config, **self.engine_defaults.get(config.get(ENGINE_PARAM), {})}
+        """``config`` with its engine's own defaults, where the space gives them, and its knobs
+        without one left to the engine."""
+        engine = config.get(ENGINE_PARAM, self._sole_engine)
+        return {**config, **self.engine_defaults.get(engine, {}),
+                **dict.fromkeys(self._undocumented.get(engine, ()), _LEFT)}
+
+
+# A knob launched without its flag: the engine chose its value, so no ladder value matches it.
+_LEFT = "<engine's own>"
+
+
+def _as_run(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's params with the knobs it left to the engine (user attr ``omit``) marked so."""
+    omitted = t.user_attrs.get(schema.OMIT) or ()
+    return {**t.params, **{k: _LEFT for k in omitted if k not in t.params}}
 
 
 def _distributions(study: optuna.Study) -> dict[str, BaseDistribution]:
@@ -290,7 +330,9 @@ def sampler_for(space: Space, *, worker_seed: bool = False,
         seed += psutil.Process().pid
     base = make_sampler(space.sampler, SamplerSpec(seed, defaults, grid, space.objective.multi,
                                                    space.budget.n_trials, study_seed=space.seed,
-                                                   engine_defaults=engine_defaults))
+                                                   engine_defaults=engine_defaults,
+                                                   engine_knobs={name: list(choice.params) for name, choice
+                                                                 in space.engines.items()}))
     if not predictions:
         return base
     return PriorSampler(base, predictions, maximize=space.objective.direction == "maximize",

@@ -22,7 +22,7 @@ from tuner.space import (
 )
 from tuner.study.lifecycle import StudyHandle
 from tuner.study.recorder import SCREEN, TrialRecorder
-from tuner.study.samplers import screen_threshold
+from tuner.study.samplers import left_to_engine, screen_threshold
 from tuner.trial.quality import CANDIDATE, REFERENCE, SAME_PRECISION, ProbeTask
 from tuner.trial.runner import TrialOutcome, run_trial
 
@@ -86,7 +86,12 @@ def probe_task(handle: StudyHandle, engine: str, knobs: dict[str, Scalar]) -> Pr
 def prepare(handle: StudyHandle, trial: optuna.Trial, recorder: TrialRecorder) -> TrialTask:
     """Suggest the config and stamp the trial with who runs it (for crash recovery)."""
     space = handle.space
-    omit = frozenset(trial.user_attrs.get(schema.OMIT, []))
+    omitted = trial.user_attrs.get(schema.OMIT)
+    if omitted is None:  # a sampled trial: the sampler may leave knobs to the engine (greedy)
+        omitted = left_to_engine(handle.study.sampler, handle.study, trial.number)
+        if omitted:
+            trial.set_user_attr(schema.OMIT, omitted)
+    omit = frozenset(omitted)
     engine, knobs = suggest(trial, space, omit)
     recorder.claim(trial, engine)
     # Chosen here, not by the worker: a resume after the worker died must know it from the storage.

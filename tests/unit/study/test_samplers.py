@@ -244,3 +244,28 @@ def test_greedy_tries_each_engine_at_its_own_defaults_then_tunes_the_best():
     # SGLang wins; its knobs are tuned from its defaults, one at a time
     assert seen[2:4] == [{"engine": "sglang", "mem": m, "seqs": 1024} for m in (0.8, 0.92)]
     assert seen[4:6] == [{"engine": "sglang", "mem": 0.92, "seqs": s} for s in (64, 256)]
+
+
+def test_greedy_leaves_knobs_without_a_documented_default_to_the_engine():
+    """SGLang computes its memory fraction at start-up: greedy launches it without the flag (as a
+    person at the defaults would), not at vLLM's value, until the memory ladder reaches it, and
+    then tries every ladder value (none of them is what the engine chose)."""
+    engine_defaults = {"vllm": {"mem": 0.92, "seqs": 1024}, "sglang": {"seqs": 1024}}
+    knobs = {"vllm": ["mem", "seqs"], "sglang": ["mem", "seqs"]}
+    sampler = GreedySampler({"engine": "vllm", "mem": 0.92, "seqs": 1024}, seed=0,
+                            engine_defaults=engine_defaults, engine_knobs=knobs)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+
+    def score(trial):
+        left = sampler.left_to_engine(study, trial.number)
+        trial.set_user_attr(schema.OMIT, left)
+        engine = trial.suggest_categorical("engine", ["vllm", "sglang"])
+        mem = 0.9 if "mem" in left else trial.suggest_categorical("mem", [0.8, 0.88, 0.92])
+        seqs = trial.suggest_categorical("seqs", [64, 256, 1024])
+        return (2 if engine == "sglang" else 1) + mem - abs(seqs - 256) / 1000
+
+    study.optimize(score, n_trials=5)
+    seen = [(dict(t.params), t.user_attrs[schema.OMIT]) for t in study.trials]
+    assert seen[0] == ({"engine": "vllm", "mem": 0.92, "seqs": 1024}, [])
+    assert seen[1] == ({"engine": "sglang", "seqs": 1024}, ["mem"])
+    assert seen[2:5] == [({"engine": "sglang", "mem": m, "seqs": 1024}, []) for m in (0.8, 0.88, 0.92)]
