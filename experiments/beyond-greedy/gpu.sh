@@ -18,7 +18,7 @@ export TUNER_CACHE="$STATE/cache" TUNER_STUDIES_DIR="$STATE/studies" PYTHONUNBUF
 export PYTHONPATH="$PWD:$SITE"
 HERE=experiments/beyond-greedy
 TUNE=(python3 -m tuner)
-mkdir -p "$OUT" "$KITS" "$CARRIED" "$TUNER_STUDIES_DIR"
+mkdir -p "$OUT" "$KITS" "$CARRIED" "$TUNER_STUDIES_DIR" "$TUNER_CACHE"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 alive() { pid=$(cat "$STATE/queue.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
 export_all() {
@@ -28,6 +28,13 @@ export_all() {
     "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz" >/dev/null 2>&1 || stamp "export of $study failed"
   done
   cp "$STATE/queue.log" "$OUT/" 2>/dev/null
+  # The engines' kernel and compile caches, so that the next machine's first launches hit them
+  # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes); kept only
+  # while they fit a call's return.
+  if [ -d "$TUNER_CACHE/engine-caches" ]; then
+    tar czf "$STATE/engine-caches.tar.gz" -C "$TUNER_CACHE" engine-caches 2>/dev/null
+    [ "$(stat -c %s "$STATE/engine-caches.tar.gz")" -lt 60000000 ] && cp "$STATE/engine-caches.tar.gz" "$OUT/"
+  fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"
   ls -la "$OUT"
 }
@@ -62,8 +69,11 @@ start)
     [ -f "$TUNER_CACHE/models/$shape/config.json" ] || "${TUNE[@]}" model tiny "$TUNER_CACHE/models/$shape" --shape "$shape" &
   done
   wait
+  if [ -f "$CARRIED/engine-caches.tar.gz" ] && [ ! -d "$TUNER_CACHE/engine-caches" ]; then
+    tar xzf "$CARRIED/engine-caches.tar.gz" -C "$TUNER_CACHE"
+  fi
   for archive in "$CARRIED"/*.tar.gz; do
-    [ -f "$archive" ] || continue
+    [ -f "$archive" ] && [ "$(basename "$archive")" != engine-caches.tar.gz ] || continue
     study=$(basename "$archive" .tar.gz)
     [ -f "$TUNER_STUDIES_DIR/$study.db" ] || "${TUNE[@]}" import "$archive" || exit 1
   done

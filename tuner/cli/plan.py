@@ -64,18 +64,26 @@ def _assignment(a: dict[str, Scalar]) -> str:
 def render(report: PlanReport, console: Console) -> None:
     """Print the plan; command lines are printed unwrapped so they can be copied."""
     s, hw = report.space, report.hardware
-    w = workload_facts(s.workload)
     console.print(f"[bold]space[/] {s.name}: {escape(s.description)}", highlight=False)
     variants = ", ".join(f"{k}: {v}" for k, v in s.model.variants.items())
     console.print(f"[bold]model[/] {s.model.path}" + (f" (checkpoints {variants})" if variants else ""),
                   highlight=False)
     console.print(f"[bold]hardware[/] {hw.describe()} [dim]{'profile' if hw.source == 'profile' else 'detected'}, "
                   f"device {hw.device_key}[/]", highlight=False)
-    rate = "inf" if s.workload.request_rate == float("inf") else f"{s.workload.request_rate:g}/s"
-    console.print(f"[bold]workload[/] {s.workload.dataset}, {s.workload.num_prompts} prompts at rate "
-                  f"{rate}, longest prompt {w['max_prompt_len']} tokens; objective "
-                  f"{s.objective.direction} {s.objective.metric}; budget {s.budget.n_trials} trials",
-                  highlight=False)
+    for wl in s.all_workloads():
+        facts = workload_facts(wl)
+        rate = "inf" if wl.request_rate == float("inf") else f"{wl.request_rate:g}/s"
+        load = (f" (load x{wl.load_scale:g})" if wl.load_scale != 1 else "") if s.objective.max_load else f" at rate {rate}"
+        console.print(f"[bold]workload[/] {wl.name}: {wl.dataset}, {wl.num_prompts} prompts{load}, "
+                      f"longest prompt {facts['max_prompt_len']} tokens", highlight=False)
+    o = s.objective
+    if o.max_load is not None:
+        slos = ", ".join(f"{k} <= {v:g}" for k, v in o.slos.items())
+        goal = (f"the highest {o.max_load.knob} within {slos} ({o.max_load.low:g}..{o.max_load.high:g}, "
+                f"{o.max_load.probes} probes a workload)")
+    else:
+        goal = " and ".join(f"{t.direction} {t.metric}" for t in o.targets())
+    console.print(f"[bold]objective[/] {goal}; budget {s.budget.n_trials} trials", highlight=False)
     if s.quality is not None:
         _render_quality(s, console)
 
