@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import optuna
 
-from tuner.configs.predict import objective_value, predict
+from tuner.configs.predict import predict_objective
 from tuner.configs.rules import PrunedRegion, check, launched_knobs, pruned_regions
 from tuner.configs.translate import LaunchPlan, UnsupportedValue, build_plan
 from tuner.engines.conditions import Verdict
@@ -82,20 +82,18 @@ def _with_estimates(space: Space, hardware: Hardware, ep: EnginePlan, estimator:
                     top: int, candidates: int, seed: int) -> EnginePlan:
     fixed = space.engines[ep.engine].fixed
 
-    def estimated(c: PlannedConfig) -> PlannedConfig:
+    def estimated(c: PlannedConfig) -> tuple[PlannedConfig, float | None]:
         if c.pruned_by is not None or c.plan is None:
-            return c
-        return replace(c, estimate=predict(estimator, space, ep.engine, {**fixed, **c.knobs},
-                                           hardware))
+            return c, None
+        est, value = predict_objective(estimator, space, ep.engine, {**fixed, **c.knobs}, hardware)
+        return replace(c, estimate=est), value
 
     ranked = []
-    metric = space.objective.metric
     modelled = getattr(estimator, "modelled", None)
     pinned = {k: p.default for k, p in space.engines[ep.engine].params.items()
               if modelled is not None and k not in modelled and p.default is not None}
     for _, knobs in candidate_configs(space, ep.engine, candidates, seed + 1, fixed=pinned):
-        c = estimated(_planned(space, hardware, "predicted", ep.engine, knobs, ()))
-        value = None if c.estimate is None else objective_value(c.estimate, metric)
+        c, value = estimated(_planned(space, hardware, "predicted", ep.engine, knobs, ()))
         if value is not None:
             ranked.append((value, c))
     ranked.sort(key=lambda vc: vc[0], reverse=space.objective.direction == "maximize")
@@ -105,7 +103,7 @@ def _with_estimates(space: Space, hardware: Hardware, ep: EnginePlan, estimator:
             break
         if all(b.knobs != c.knobs for b in best):
             best.append(replace(c, label=f"predicted #{len(best) + 1}"))
-    return replace(ep, configs=[estimated(c) for c in ep.configs], predicted_top=best)
+    return replace(ep, configs=[estimated(c)[0] for c in ep.configs], predicted_top=best)
 
 
 def _engine_plan(space: Space, hardware: Hardware, engine: str, n_samples: int, seed: int) -> EnginePlan:

@@ -31,10 +31,14 @@ def lengths(w: Workload) -> tuple[int, int]:
 
 
 def request(space: Space, engine: str, knobs: Mapping[str, Scalar], hardware: Hardware,
-            engine_version: str | None = None) -> EstimateRequest:
-    w = space.all_workloads()[0]
+            engine_version: str | None = None, *, workload: Workload | None = None,
+            concurrency: int | None = None) -> EstimateRequest:
+    """The estimator's question for one config on ``workload`` (the space's first by default);
+    ``concurrency`` overrides the requests in flight the workload would keep."""
+    w = workload or space.all_workloads()[0]
     input_len, output_len = lengths(w)
-    concurrency = w.max_concurrency or (w.num_prompts if math.isinf(w.request_rate) else None)
+    if concurrency is None:
+        concurrency = w.max_concurrency or (w.num_prompts if math.isinf(w.request_rate) else None)
     quant = knobs.get("quantization")
     checkpoint = (_local(checkpoint_for(load_engine(engine), space.model, quant))
                   if quant not in (None, "none") else None)
@@ -59,6 +63,84 @@ def predict(estimator: Estimator, space: Space, engine: str, knobs: Mapping[str,
             hardware: Hardware) -> Estimate:
     """The estimator's answer for one config (``unsupported`` says why there is no number)."""
     return estimator.estimate(request(space, engine, knobs, hardware))
+
+
+# Requests in flight the max-load prediction tries: the model predicts fixed batches.
+CONCURRENCY_LADDER = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+def predict_objective(estimator: Estimator, space: Space, engine: str, knobs: Mapping[str, Scalar],
+                      hardware: Hardware) -> tuple[Estimate, float | None]:
+    """The estimator's answer for one config and its prediction of the space's objective (None
+    where it has none: the estimate's ``unsupported`` or first note says why)."""
+    if space.objective.max_load is None:
+        est = predict(estimator, space, engine, knobs, hardware)
+        return est, objective_value(est, space.objective.metric)
+    return _max_load(estimator, space, engine, knobs, hardware)
+
+
+def _max_load(estimator: Estimator, space: Space, engine: str, knobs: Mapping[str, Scalar],
+              hardware: Hardware) -> tuple[Estimate, float | None]:
+    """The load a config sustains within the SLOs, as a fixed-batch model can tell it: per
+    workload the largest batch on ``CONCURRENCY_LADDER`` whose predicted TTFT and TPOT meet the
+    SLOs, turned into a request rate by Little's law (requests in flight / seconds per request:
+    a server that keeps that batch busy completes it every request's latency); the lowest over the workloads
+    after each one's ``load_scale``, as the measurement aggregates them. SLOs on metrics the model
+    does not predict (failed requests) are not checked."""
+    ml = space.objective.max_load
+    assert ml is not None
+    sustained: list[tuple[float, Estimate]] = []
+    for w in space.all_workloads():
+        output_len = lengths(w)[1]
+
+        def ask(c: int, w: Workload = w) -> Estimate:
+            return estimator.estimate(request(space, engine, knobs, hardware, workload=w, concurrency=c))
+
+        # Predicted latency grows with the batch: bisect the ladder for the largest batch within
+        # the SLOs (a handful of model calls instead of one per rung).
+        first = ask(CONCURRENCY_LADDER[0])
+        if not first.predicted or not _within(first, space.objective.slos, output_len):
+            why = first.unsupported or (first.notes[0] if not first.predicted and first.notes
+                                        else f"even one request breaks the SLOs on {w.name}")
+            return Estimate.cannot(why, first.source, first.notes), None
+        good, bad = 0, len(CONCURRENCY_LADDER)
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            est = ask(CONCURRENCY_LADDER[mid])
+            if est.predicted and _within(est, space.objective.slos, output_len):
+                good = mid
+            else:
+                bad = mid
+        c = CONCURRENCY_LADDER[good]
+        est = ask(c)
+        batch = min(c, est.batch or c)  # the engine's caps (max_num_seqs, KV cache) bind first
+        load = float(batch) if ml.knob == "max_concurrency" else batch / _request_seconds(est, output_len)
+        sustained.append((load / w.load_scale, est))
+    value, est = min(sustained, key=lambda vs: vs[0])
+    return est, value
+
+
+def _request_seconds(est: Estimate, output_len: int) -> float:
+    assert est.ttft_ms is not None and est.tpot_ms is not None
+    return (est.ttft_ms + max(0, output_len - 1) * est.tpot_ms) / 1000
+
+
+def _within(est: Estimate, slos: Mapping[str, float], output_len: int) -> bool:
+    """Every SLO on a latency the model predicts is met (any statistic of TTFT, TPOT or ITL, and
+    end-to-end latency)."""
+    for name, bound in slos.items():
+        if "ttft" in name:
+            value = est.ttft_ms
+        elif "tpot" in name or "itl" in name:
+            value = est.tpot_ms
+        elif "e2el" in name:
+            value = None if est.ttft_ms is None or est.tpot_ms is None \
+                else _request_seconds(est, output_len) * 1000
+        else:
+            continue
+        if value is None or value > bound:
+            return False
+    return True
 
 
 def objective_value(est: Estimate, metric: str) -> float | None:

@@ -305,8 +305,6 @@ def _gemm_mode(req: EstimateRequest, quant: str, sm: int,
     """
     if quant in ("none", "auto"):
         return (), []
-    if quant not in ("fp8", "awq"):
-        raise _Unsupported(f"quantization={quant!r} has no AIConfigurator mapping (none, fp8, awq)")
     cfg = None
     if req.checkpoint:
         cfg = _read_config(req.checkpoint, aic)
@@ -316,6 +314,12 @@ def _gemm_mode(req: EstimateRequest, quant: str, sm: int,
                                f"AIConfigurator), so its quantization format is unknown")
     qc = (cfg or {}).get("quantization_config") or {}
     method = str(qc.get("quant_method", "")).lower()
+    # A knob value that names a checkpoint variant (fp8-checkpoint) runs what the checkpoint is.
+    if quant not in ("fp8", "awq") and method in ("fp8", "awq"):
+        quant = method
+    if quant not in ("fp8", "awq"):
+        raise _Unsupported(f"quantization={quant!r} has no AIConfigurator mapping (none, fp8, awq, "
+                           f"or a variant whose checkpoint is FP8 or AWQ)")
     notes: list[str] = []
     if quant == "fp8":
         if not method:

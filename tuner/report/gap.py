@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.configs.predict import objective_value, predict
+from tuner.configs.predict import predict_objective
 from tuner.engines.hardware import Hardware
 from tuner.estimate import Estimator
 from tuner.record import schema
@@ -64,8 +64,7 @@ def predicted_rows(handle: StudyHandle, estimator: Estimator, hardware: Hardware
     """Each measured row with the model's prediction of the study's objective, or why none."""
     rows = measured_rows(handle)
     for row in rows:
-        est = predict(estimator, handle.space, row.engine, row.knobs, hardware)
-        row.predicted = objective_value(est, handle.space.objective.metric)
+        est, row.predicted = predict_objective(estimator, handle.space, row.engine, row.knobs, hardware)
         row.unsupported = None if row.predicted else (est.unsupported or "no prediction of the objective")
     return rows
 

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner.configs.predict import objective_value, predict
+from tuner.configs.predict import predict_objective
 from tuner.configs.rules import check
 from tuner.engines.hardware import Hardware, detect, profile
 from tuner.errors import InputError
@@ -73,7 +73,7 @@ def model_predictions(space: Space, *, seed: int = 0) -> Knowledge:
         return Knowledge()
     hardware = _hardware(space)
     estimator = get_estimator(prior.estimator)
-    metric = space.objective.metric
+    metric = space.objective.targets()[0].metric
     if space.objective.multi:
         raise InputError("prior: needs a single objective (the model predicts one number)")
     predictions: list[Prediction] = []
@@ -96,9 +96,8 @@ def model_predictions(space: Space, *, seed: int = 0) -> Knowledge:
             if any(v.severity == "prune" for v in check(engine, knobs, hardware=hardware, space=space)):
                 pruned += 1
                 continue
-            est = predict(estimator, space, engine, {**choice.fixed, **knobs}, hardware)
+            est, value = predict_objective(estimator, space, engine, {**choice.fixed, **knobs}, hardware)
             source_name = source_name or est.source
-            value = objective_value(est, metric)
             if value is None or not math.isfinite(value) or value <= 0:
                 why = est.unsupported or (est.notes[0] if est.notes else "no number for " + metric)
                 unsupported[why] = unsupported.get(why, 0) + 1
@@ -125,7 +124,7 @@ def save_predictions(space: Space, path: Path, *, seed: int = 0) -> Knowledge:
         reasons = [why for source in found.sources for why in source.get("unsupported", {})]
         why = f": {reasons[0]}" if reasons else " (see `tune plan --estimate`)"
         raise InputError(f"space {space.name!r}: the model predicted no config{why}; nothing to save")
-    doc = {"format": PREDICTIONS_FORMAT, "space": space.name, "metric": space.objective.metric,
+    doc = {"format": PREDICTIONS_FORMAT, "space": space.name, "metric": space.objective.targets()[0].metric,
            "engines": sorted(space.engines), **found.to_attr()}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
     return found
@@ -142,7 +141,7 @@ def carried_predictions(space: Space, path: Path) -> Knowledge:
     if not isinstance(doc, dict) or doc.get("format") != PREDICTIONS_FORMAT:
         raise InputError(f"{where}: not a predictions file (write one with `tune plan --space "
                          f"{space.name} --gpu GPU --save-prior FILE`)")
-    for key, here in (("space", space.name), ("metric", space.objective.metric),
+    for key, here in (("space", space.name), ("metric", space.objective.targets()[0].metric),
                       ("engines", sorted(space.engines))):
         if doc.get(key) != here:
             raise InputError(f"{where}: made for {key} {doc.get(key)!r}, this study's is {here!r}: "

@@ -137,6 +137,26 @@ def test_awq_checkpoint_is_w4a16(aic, qwen3_14b, tmp_path):
     assert est.memory_gib < bf16.memory_gib - 15  # 4-bit weights: ~20 GiB less
 
 
+def test_a_variant_named_for_its_checkpoint_runs_what_the_checkpoint_is(aic, qwen3_14b, tmp_path):
+    """`quantization: fp8-checkpoint` names a model variant: its config.json (block-scaled FP8,
+    as Qwen's -FP8 checkpoints) decides AIC's mode, fp8_block, not the knob's name."""
+    fp8 = _checkpoint(tmp_path, "Qwen3-14B-FP8", {"quant_method": "fp8", "fmt": "e4m3",
+                                                  "activation_scheme": "dynamic",
+                                                  "weight_block_size": [128, 128]})
+    req = EstimateRequest(engine="sglang", knobs={"max_num_seqs": 64, "quantization": "fp8-checkpoint"},
+                          model=qwen3_14b, checkpoint=fp8, input_len=220, output_len=200,
+                          gpu="h200-141gb")
+    est = aic.estimate(req)
+    bf16 = aic.estimate(_req(qwen3_14b, "sglang", gpu="h200-141gb", max_num_seqs=64))
+    assert est.predicted, est.unsupported
+    assert est.memory_gib < bf16.memory_gib - 10  # 8-bit weights: ~14 GiB less
+    plain = aic.estimate(EstimateRequest(engine="sglang", knobs={"max_num_seqs": 64,
+                                                                 "quantization": "fp8-checkpoint"},
+                                         model=qwen3_14b, checkpoint=qwen3_14b, input_len=220,
+                                         output_len=200, gpu="h200-141gb"))
+    assert "has no AIConfigurator mapping" in plain.unsupported  # a BF16 folder under that name
+
+
 @pytest.mark.parametrize("gpu,why", [
     ("a100-sxm-40gb", "only the 80 GB A100"),
     ("rtx-4090", "no AIConfigurator system for GPU 'rtx-4090'"),
