@@ -88,7 +88,11 @@ queue)   # start's background part, in a session of its own so that it outlives 
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
     study=$(sed -n 's/^name: //p' "$HERE/$step.yaml")
-    if [ -f "$TUNER_STUDIES_DIR/$study.db" ]; then verb=(resume "$study"); else verb=(start --space "$HERE/$step.yaml"); fi
+    # A space with a prior takes the predictions made for this GPU on the CPU machine.
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]00' | tr H h)
+    prior=("$HERE/data/$study-prior-$gpu.json")
+    [ -f "${prior[0]}" ] && prior=(--prior-file "${prior[0]}") || prior=()
+    if [ -f "$TUNER_STUDIES_DIR/$study.db" ]; then verb=(resume "$study"); else verb=(start --space "$HERE/$step.yaml" "${prior[@]}"); fi
     stamp "step $step: tune ${verb[*]}"
     "${TUNE[@]}" "${verb[@]}" & child=$!
     wait "$child"
