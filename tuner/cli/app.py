@@ -10,6 +10,7 @@ from tuner.cli import (
     dashboard,
     engine,
     evaluate,
+    judge,
     model,
     ops,
     plan,
@@ -24,6 +25,6 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)  # the terminal shows progres
 app = App(add_completion=False, no_args_is_help=True,
           help="Find the fastest way to serve an LLM on given hardware.")
 
-for _group in (study, results, transfer, model, bench, plan, dashboard, engine, evaluate, report,
+for _group in (study, judge, results, transfer, model, bench, plan, dashboard, engine, evaluate, report,
                compare, ops):
     _group.register(app)

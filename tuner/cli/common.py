@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from tuner.errors import InputError
 from tuner.record.storage import default_url
+from tuner.study.lifecycle import StudyHandle, load
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
@@ -27,6 +28,16 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def url(storage: str | None, study: str) -> str:
     """The study's storage: the one given, or its SQLite file under ./studies."""
     return storage or default_url(study)
+
+
+def study_and_trial(spec: str, storage: str | None) -> tuple[StudyHandle, int | None]:
+    """A config named on the command line: ``STUDY`` or ``STUDY:TRIAL``."""
+    name, sep, number = spec.rpartition(":")
+    if not sep:
+        name, number = spec, ""
+    elif not number.isdigit():
+        raise InputError(f"{spec!r}: name a config as STUDY or STUDY:TRIAL (a trial number)")
+    return load(name, url(storage, name)), int(number) if number else None
 
 
 def _input_errors_exit_2(command: Callable[..., Any]) -> Callable[..., Any]:

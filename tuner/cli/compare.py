@@ -9,23 +9,13 @@ from typing import Optional
 
 import typer
 
-from tuner.cli.common import console, url
+from tuner.cli.common import console, study_and_trial, url
 from tuner.engines.hardware import profile
 from tuner.errors import InputError
 from tuner.estimate import get_estimator
 from tuner.report.compare import compare
 from tuner.report.gap import gap, predicted_rows
-from tuner.study.lifecycle import StudyHandle, load
-
-
-def _study_and_trial(spec: str, storage: Optional[str]) -> tuple[StudyHandle, int | None]:
-    """``STUDY`` or ``STUDY:TRIAL``."""
-    name, sep, number = spec.rpartition(":")
-    if not sep:
-        name, number = spec, ""
-    elif not number.isdigit():
-        raise InputError(f"{spec!r}: name a config as STUDY or STUDY:TRIAL (a trial number)")
-    return load(name, url(storage, name)), int(number) if number else None
+from tuner.study.lifecycle import load
 
 
 def compare_command(
@@ -34,7 +24,7 @@ def compare_command(
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL holding every study (default: sqlite:///studies/<study>.db each)."),
 ) -> None:
     """A config of one study against configs of other studies: the change of medians with its interval."""
-    best, gains = compare(*_study_and_trial(pick, storage), [_study_and_trial(s, storage) for s in against])
+    best, gains = compare(*study_and_trial(pick, storage), [study_and_trial(s, storage) for s in against])
     console.print(f"{best.label}: median {best.stats.median:,.1f}", highlight=False)
     for base, g in gains:
         console.print(f"  vs {base.label}, median {base.stats.median:,.1f}: {g.describe()}", highlight=False)

@@ -35,10 +35,6 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 FINGERPRINT_KEYS = ("device", "gpu", "gpu_count", "gpu_memory_mib", "driver", "cpu")
 
 
-
-
-
-
 @dataclass
 class StudyHandle:
     study: optuna.Study
@@ -52,10 +48,6 @@ class StudyHandle:
     @property
     def budget(self) -> int:
         return self.study.user_attrs.get(schema.N_TRIALS) or self.space.budget.n_trials
-
-
-
-
 
 
 def _create_optuna_study(space: Space, storage, name: str) -> optuna.Study:
@@ -229,22 +221,6 @@ def finished_count(study: optuna.Study) -> int:
     they don't count."""
     return len([t for t in study.get_trials(deepcopy=False, states=FINISHED)
                 if schema.launched(t)])
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def trials_table(study: optuna.Study) -> list[FrozenTrial]:

@@ -1,0 +1,113 @@
+"""`tune judge`: the picks of several searches and each engine's defaults, queued round by round in
+a study of their own, and the verdict read from its launches (synthetic studies, no engine)."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from tests.helpers import ok_trial, refused_trial
+from tuner.cli import app
+from tuner.record import schema
+from tuner.report import judge as verdict
+from tuner.report.stats import change, log_t_interval
+from tuner.space import load_space
+from tuner.study import judge
+from tuner.study.lifecycle import load
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+runner = CliRunner()
+CHUNKED = {"chunked_prefill": True}
+
+
+def _study(studies, name: str, trials: list, space=None) -> str:
+    url = f"sqlite:///{studies / f'{name}.db'}"
+    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
+    study.set_user_attr(schema.SPACE, (space or load_space("cpu-smoke")).model_dump(mode="json"))
+    study.set_user_attr(schema.READY, True)
+    for t in trials:
+        study.add_trial(t)
+    return url
+
+
+@pytest.fixture
+def searches(studies):
+    studies.mkdir()
+    _study(studies, "greedy", [ok_trial(50.0, {"max_num_seqs": 128, **CHUNKED}, "vllm-defaults"),
+                               ok_trial(60.0, {"max_num_seqs": 16, **CHUNKED})])
+    _study(studies, "tpe", [ok_trial(55.0, {"max_num_seqs": 32, **CHUNKED}),
+                            ok_trial(65.0, {"max_num_seqs": 8, **CHUNKED})])
+    return studies
+
+
+def _picks(*specs):
+    return [(label, load(name, f"sqlite:///{name}.db"), trial) for label, name, trial in specs]
+
+
+def test_picks_and_defaults_are_queued_round_by_round(searches, monkeypatch):
+    monkeypatch.chdir(searches.parent)
+    greedy, tpe = load("greedy", f"sqlite:///{searches}/greedy.db"), load("tpe", f"sqlite:///{searches}/tpe.db")
+    space, field = judge.entrants([("greedy", greedy, None), ("tpe", tpe, None)])
+    assert [(e.label, e.params.get("max_num_seqs"), e.origin) for e in field] == [
+        ("greedy", 16, "greedy#1"), ("tpe", 8, "tpe#1"), ("vllm-defaults", 128, "vllm defaults")]
+    assert "max_num_seqs" in field[2].omit  # the defaults launch without knob flags
+    handle = judge.create_judge(space, "judge", f"sqlite:///{searches}/judge.db", field, launches=3)
+    queued = [t for t in handle.study.get_trials(deepcopy=False)
+              if t.state == optuna.trial.TrialState.WAITING]
+    assert [t.user_attrs[schema.ARM] for t in queued] == ["greedy", "tpe", "vllm-defaults"] * 3
+    assert handle.budget == 9 and handle.space.prior is None and handle.space.baselines == []
+
+
+def test_a_named_trial_is_judged_and_a_study_with_another_question_is_refused(searches):
+    greedy = load("greedy", f"sqlite:///{searches}/greedy.db")
+    _, field = judge.entrants([("first", greedy, 0)], defaults=False)
+    assert [e.origin for e in field] == ["greedy#0"]
+    other = load_space("cpu-smoke").model_copy(update={"workload": load_space("cpu-smoke").workload.model_copy(
+        update={"num_prompts": 7})})
+    _study(searches, "elsewhere", [ok_trial(70.0, {"max_num_seqs": 4, **CHUNKED})], space=other)
+    elsewhere = load("elsewhere", f"sqlite:///{searches}/elsewhere.db")
+    with pytest.raises(Exception, match="another workloads than study 'greedy'"):
+        judge.entrants([("a", greedy, None), ("b", elsewhere, None)])
+
+
+def test_the_verdict_gives_each_entrant_its_interval_and_each_pick_its_change(searches):
+    runs = {"greedy": [60.0, 62.0, 61.0], "tpe": [66.0, 64.0, 65.0], "vllm-defaults": [50.0, 51.0, 49.0]}
+    trials = [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, label, judged=f"{label}-origin")
+              for label, values in runs.items() for v in values]
+    trials.append(refused_trial({"max_num_seqs": 8, **CHUNKED}, "oom", "CUDA out of memory", "tpe"))
+    trials[-1].user_attrs[schema.JUDGED] = "tpe-origin"
+    _study(searches, "verdict", trials)
+    rows = verdict.standings(load("verdict", f"sqlite:///{searches}/verdict.db").study)
+    assert [(r.label, r.values, r.refused) for r in rows] == [
+        ("greedy", runs["greedy"], 0), ("tpe", runs["tpe"], 1), ("vllm-defaults", runs["vllm-defaults"], 0)]
+    assert rows[1].interval == log_t_interval(runs["tpe"])
+    pairs = [(a.label, b.label, c) for a, b, c in verdict.head_to_head(rows)]
+    assert [(a, b) for a, b, _ in pairs] == [("greedy", "tpe"), ("greedy", "vllm-defaults"),
+                                             ("tpe", "vllm-defaults")]
+    assert pairs[0][2] == change(runs["tpe"], runs["greedy"])
+    assert pairs[0][2].significant and pairs[0][2].pct < 0 and math.isfinite(pairs[0][2].low)
+
+
+def test_the_cli_prints_the_verdict_of_an_existing_judge(searches):
+    _study(searches, "done", [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, "tpe", judged="tpe#1")
+                              for v in (64.0, 65.0, 66.0)])
+    r = runner.invoke(app, ["judge", "done"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    iv = log_t_interval([64.0, 65.0, 66.0])
+    assert f"tpe (tpe#1): geometric mean {iv.value:,.2f} [{iv.low:,.2f}, {iv.high:,.2f}], n=3" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["judge", "j", "greedy"], "name a pick as LABEL=STUDY"),
+    (["judge", "j", "search=greedy"], "pick label 'search'"),
+    (["judge", "j", "a=greedy:7"], "trial 7 is no feasible launch"),
+    (["judge", "nothing"], "judge study 'nothing' does not exist"),
+])
+def test_bad_picks_exit_2_and_create_nothing(searches, args, message):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert not (searches / "j.db").exists() and not (searches / "nothing.db").exists()

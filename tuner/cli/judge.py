@@ -1,0 +1,66 @@
+"""``tune judge``: the picks of several searches and each engine's defaults, launched again the
+same number of times, interleaved, on this machine; then each pick against the others."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from tuner.cli.common import console, study_and_trial, url
+from tuner.cli.study import run_with_progress
+from tuner.errors import InputError
+from tuner.record.storage import study_names
+from tuner.report.stats import METHOD
+from tuner.report import judge as verdict
+from tuner.study import judge as judge_mod
+from tuner.study.lifecycle import load
+
+
+def _pick(spec: str, storage: Optional[str]):
+    label, sep, where = spec.partition("=")
+    if not sep or not label or not where:
+        raise InputError(f"{spec!r}: name a pick as LABEL=STUDY or LABEL=STUDY:TRIAL (e.g. greedy=bg-greedy)")
+    handle, trial = study_and_trial(where, storage)
+    return label, handle, trial
+
+
+def judge_command(
+    name: str = typer.Argument(..., help="The judge's own study (created here; named again alone, its verdict is printed)."),
+    picks: Optional[list[str]] = typer.Argument(None, help="LABEL=STUDY (its recommended config) or LABEL=STUDY:TRIAL, one per search."),
+    launches: int = typer.Option(3, min=1, help="Launches of each entrant; an interval needs 3."),
+    defaults: bool = typer.Option(True, help="Also launch each engine of the space at its own defaults."),
+    storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL holding every study (default: sqlite:///studies/<study>.db each)."),
+) -> None:
+    """Launch each search's pick and each engine's defaults LAUNCHES times, round by round, on this
+    machine, and print each entrant's value with its interval and each pick against the others."""
+    where = url(storage, name)
+    if picks:
+        space, field_ = judge_mod.entrants([_pick(p, storage) for p in picks], defaults=defaults)
+        handle = judge_mod.create_judge(space, name, where, field_, launches)
+        console.print(f"judge {name}: {len(field_)} entrants x {launches} launches, interleaved", highlight=False)
+        run_with_progress(handle, None)
+    elif name not in study_names(where):
+        raise InputError(f"judge study {name!r} does not exist in {where}: name the picks to create it")
+    else:
+        handle = load(name, where)
+    print_verdict(handle.study)
+
+
+def print_verdict(study) -> None:  # noqa: ANN001 - an Optuna study
+    """One line per entrant, then one per pair; the interval method is said once."""
+    console.print(f"{study.study_name}: {METHOD}", highlight=False)
+    rows = verdict.standings(study)
+    for r in rows:
+        iv = r.interval
+        value = "not measured" if iv.value is None else f"geometric mean {iv.value:,.2f}"
+        interval = f"[{iv.low:,.2f}, {iv.high:,.2f}]" if iv.low is not None else f"({iv.note})"
+        console.print(f"  {r.label} ({r.origin}): {value} {interval}, n={len(r.values)}, "
+                      f"refused {r.refused}, {r.seconds / 60:.1f} GPU min", highlight=False, soft_wrap=True)
+    for pick, base, c in verdict.head_to_head(rows):
+        console.print(f"  {pick.label} vs {base.label}: {c.describe()}", highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tune judge`` to the CLI."""
+    app.command("judge")(judge_command)

@@ -1,0 +1,66 @@
+"""The verdict of ``tune judge`` (tuner.study.judge): each entrant's launches with the interval of
+their geometric mean, and each pick against the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.record import schema
+from tuner.report.stats import Change, Interval, change, log_t_interval
+from tuner.study.judge import DEFAULTS_SUFFIX
+
+
+@dataclass
+class Standing:
+    """One entrant's launches in the judge: the values measured, refusals, GPU time."""
+
+    label: str
+    origin: str
+    engine: str
+    params: dict
+    values: list[float] = field(default_factory=list)
+    refused: int = 0
+    seconds: float = 0.0
+
+    @property
+    def interval(self) -> Interval:
+        return log_t_interval(self.values)
+
+
+def standings(study: optuna.Study) -> list[Standing]:
+    """Each entrant's finished launches, in the order they were entered."""
+    rows: dict[str, Standing] = {}
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        label = t.user_attrs.get(schema.ARM)
+        if schema.JUDGED not in t.user_attrs or label is None:
+            continue
+        row = rows.setdefault(label, Standing(label, t.user_attrs[schema.JUDGED],
+                                              t.user_attrs.get(schema.ENGINE, ""), dict(t.params)))
+        if t.state != TrialState.COMPLETE or not schema.launched(t):
+            continue
+        row.seconds += _seconds(t)
+        if schema.is_feasible(t) and t.value is not None:
+            row.values.append(float(t.value))
+        else:
+            row.refused += 1
+    return list(rows.values())
+
+
+def _seconds(t: FrozenTrial) -> float:
+    if t.datetime_start is None or t.datetime_complete is None:
+        return 0.0
+    return (t.datetime_complete - t.datetime_start).total_seconds()
+
+
+def head_to_head(rows: list[Standing]) -> list[tuple[Standing, Standing, Change]]:
+    """Each pick against each pick entered after it and against each engine's defaults: the
+    pick's change over the other, with the interval of the ratio of their geometric means."""
+    picks = [r for r in rows if not r.label.endswith(DEFAULTS_SUFFIX)]
+    out = []
+    for i, pick in enumerate(picks):
+        for base in picks[i + 1:] + [r for r in rows if r.label.endswith(DEFAULTS_SUFFIX)]:
+            out.append((pick, base, change(base.values, pick.values)))
+    return out
