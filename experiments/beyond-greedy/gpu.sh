@@ -6,7 +6,8 @@
 #   start STEP...   install once (the tuner's missing dependencies, each staged engine kit into its
 #                   own folder), write the model shapes, import carried studies, then run the
 #                   steps in the background, in order: each is a space beside this file, started
-#                   (or resumed, when its study exists) with `tune start`
+#                   (or resumed, when its study exists) with `tune start`; the step `judge` runs
+#                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe` on the imported arms
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
 #   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export
 # Every phase leaves `tune export` of each study in $OUT, so a call cut short still returns data.
@@ -87,6 +88,15 @@ start)
 queue)   # start's background part, in a session of its own so that it outlives the call
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
+    if [ "$step" = judge ]; then   # the arms' picks and the engines' defaults, 3 launches each
+      stamp "step judge"
+      if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
+        verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3); fi
+      "${TUNE[@]}" "${verb[@]}" & child=$!
+      wait "$child"
+      stamp "step judge exited $?"
+      continue
+    fi
     study=$(sed -n 's/^name: //p' "$HERE/$step.yaml")
     # A space with a prior takes the predictions made for this GPU on the CPU machine.
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]00' | tr H h)
