@@ -59,9 +59,9 @@ def test_engine_data_cites_only_public_sources_and_repository_files(path):
 
 @pytest.mark.parametrize("text, outside", [
     ('source: "notes-kept-elsewhere.md 1.1 constraint 2"', ["notes-kept-elsewhere.md"]),
-    ("runs (shared/reference/gpu-notes.md); FP8", ["shared/reference/gpu-notes.md"]),
+    ("runs (elsewhere/reference/gpu-notes.md); FP8", ["elsewhere/reference/gpu-notes.md"]),
     ("the 43 wheels and wheels-list.txt", ["wheels-list.txt"]),
-    ("see ../shared/facts.md", ["../shared/facts.md"]),
+    ("see ../notes/facts.md", ["../notes/facts.md"]),
     ("in tests/data/logs/no-such-case.log", ["tests/data/logs/no-such-case.log"]),
     ("reproduced: tests/data/logs/vllm-0.32.0-cpu-invalid-config-max-num-seqs-0.log", []),
     ("docs/findings/h200-vllm-tuned.md, tests/data/logs/sglang-*", []),
