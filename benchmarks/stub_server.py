@@ -1,9 +1,11 @@
 """A zero-latency OpenAI-style streaming server, for measuring benchmark clients (not engines).
 
 It answers /v1/completions and /v1/chat/completions with the SSE chunk shapes of vLLM, SGLang or
-TRT-LLM (engine-facts.md 3.6), one chunk per token, as fast as the socket takes them (or with a
-fixed gap per token). Plain asyncio streams, HTTP/1.1 keep-alive, chunked transfer encoding: no
-dependencies, so it runs from any Python 3.11 (ours or the vLLM venv's).
+TRT-LLM (their stream response models: vllm/entrypoints/openai/completion/protocol.py,
+python/sglang/srt/entrypoints/openai/protocol.py, tensorrt_llm/serve/openai_protocol.py), one chunk
+per token, as fast as the socket takes them (or with a fixed gap per token). Plain asyncio streams,
+HTTP/1.1 keep-alive, chunked transfer encoding: no dependencies, so it runs from any Python 3.11
+(ours or the vLLM venv's).
 
     python benchmarks/stub_server.py --port 0 [--shape vllm|sglang|trtllm] [--itl-ms 0]
 prints "READY <port>" on stdout once listening.

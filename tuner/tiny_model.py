@@ -146,9 +146,10 @@ def save_fp8_variant(src: Path, dst: Path, *, device: str = "cuda") -> Path:
 
     torchao's ``Float8DynamicActivationFloat8WeightConfig`` (FP8 weights, FP8 activations scaled
     per call) through transformers' ``TorchAoConfig``: the FP8 that runs offline on an H200
-    (real-engines.md 5; transformers' own fine-grained FP8 fetches its kernels from the Hub at run
-    time). transformers serve loads the folder like any checkpoint. Needs torch, transformers and
-    torchao; FP8 matmuls need a GPU of compute capability 8.9 or newer.
+    (docs/findings/h200-quality-guardrail.md; transformers' own fine-grained FP8 fetches its kernels
+    from the Hub at run time through the ``kernels`` package). transformers serve loads the folder
+    like any checkpoint. Needs torch, transformers and torchao; FP8 matmuls need a GPU of compute
+    capability 8.9 or newer.
     """
     try:
         import torch

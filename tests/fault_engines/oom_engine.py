@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Re-enacts a real vLLM out-of-memory failure through a real process: the startup lines and the
-error text vLLM prints (engine-facts.md Part 2), then exit code 1, as vLLM does."""
+error text vLLM prints (vllm/v1/engine/core.py "EngineCore failed to start.", PyTorch's
+OutOfMemoryError, vllm/v1/engine/utils.py "Engine core initialization failed", vLLM 0.32.0), then
+exit code 1, as vLLM does."""
 import sys
 import time
 

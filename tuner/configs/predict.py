@@ -3,8 +3,9 @@ to an estimator's request, and the candidate configs a prior predicts.
 
 The workload's lengths: a random dataset has them; for ShareGPT the model is given the mix the
 motivating study's run moved (about 220 prompt and 200 output tokens per request: 419k tokens for 1000
-prompts, shared/reference/aiconfigurator.md), or the workload's fixed output length when it sets one.
-At rate inf the client keeps every prompt in flight, so the prompt count caps the batch.
+prompts, from its ShareGPT run at https://docs.gpustack.ai/latest/performance-lab/qwen3-14b/a100),
+or the workload's fixed output length when it sets one. At rate inf the client keeps every prompt
+in flight, so the prompt count caps the batch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""SSE parsing of real servers' chunk shapes (engine-facts 3.6), split anywhere, plus fuzzing."""
+"""SSE parsing of real servers' chunk shapes (the stream response models of vLLM, SGLang and
+TensorRT-LLM, as benchmarks/stub_server.py serves them), split anywhere, plus fuzzing."""
 
 import json
 

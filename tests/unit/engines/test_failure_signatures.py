@@ -1,4 +1,5 @@
-"""Failure classification for SGLang and TensorRT-LLM (documented texts, engine-facts.md Part 2) and
+"""Failure classification for SGLang and TensorRT-LLM (texts from the engines' source, cited by each
+signature's source in engines/*.yaml) and
 transformers serve (lines of real logs captured on the CPU machine)."""
 
 import pytest

@@ -2,6 +2,7 @@
 
 import importlib.util
 import re
+from glob import glob
 
 import pytest
 
@@ -10,6 +11,23 @@ from tuner.engines.spec import EngineSpec, Knob, available_engines, load_engine
 from tuner.space import available_spaces, load_space
 
 ENGINES = ["sglang", "transformers", "trtllm", "vllm"]
+# The data files that carry engine knowledge and its sources (comments included).
+DATA_YAML = sorted([*(REPO / "engines").rglob("*.yaml"), *(REPO / "tuner").rglob("*.yaml"),
+                    *(REPO / "search_spaces").glob("*.yaml")])
+TOP_LEVEL = sorted(p.name for p in REPO.iterdir() if not p.name.startswith("."))
+NAMED_FILE = re.compile(r"[\w./*-]+\.(?:md|txt|log)\b|(?<![\w./-])(?:%s)/[\w./*-]+"
+                        % "|".join(map(re.escape, TOP_LEVEL)))
+
+
+def outside_files(text: str) -> list[str]:
+    """The files a text cites that the repository does not hold. A document, list or log named by
+    file (``*.md``, ``*.txt``, ``*.log``) or a path under one of the repository's top-level folders
+    must be a path of this repository (a glob matching at least one file); a path that climbs out
+    (``../``) never is. URLs and an engine's own source paths (``vllm/config/model.py``) are not
+    repository files and are not checked here."""
+    text = re.sub(r"https?://\S+", " ", text)
+    cited = (m.group(0).rstrip(".,;:)") for m in NAMED_FILE.finditer(text))
+    return [path for path in cited if ".." in path.split("/") or not glob(str(REPO / path))]
 
 
 def test_all_engines_load():
@@ -30,6 +48,27 @@ def test_every_rule_and_failure_has_a_source(engine):
         assert rule.source and rule.reason and rule.id.startswith(engine), rule.id
     for sig in spec.failures:
         assert sig.source, sig.patterns
+
+
+@pytest.mark.parametrize("path", DATA_YAML, ids=lambda p: str(p.relative_to(REPO)))
+def test_engine_data_cites_only_public_sources_and_repository_files(path):
+    """A source is an engine's repository at a version, an upstream URL, or this repository's own
+    evidence (a test, a log under tests/data/logs, a findings page): never a file kept elsewhere."""
+    assert outside_files(path.read_text()) == [], path
+
+
+@pytest.mark.parametrize("text, outside", [
+    ('source: "notes-kept-elsewhere.md 1.1 constraint 2"', ["notes-kept-elsewhere.md"]),
+    ("runs (elsewhere/reference/gpu-notes.md); FP8", ["elsewhere/reference/gpu-notes.md"]),
+    ("the 43 wheels and wheels-list.txt", ["wheels-list.txt"]),
+    ("see ../notes/facts.md", ["../notes/facts.md"]),
+    ("in tests/data/logs/no-such-case.log", ["tests/data/logs/no-such-case.log"]),
+    ("reproduced: tests/data/logs/vllm-0.32.0-cpu-invalid-config-max-num-seqs-0.log", []),
+    ("docs/findings/h200-vllm-tuned.md, tests/data/logs/sglang-*", []),
+    ("vllm-project/vllm v0.32.0 vllm/config/model.py; https://docs.vllm.ai/en/latest/x.md", []),
+])
+def test_outside_files_flags_what_the_repository_does_not_hold(text, outside):
+    assert outside_files(text) == outside
 
 
 def test_the_engine_spaces_load():

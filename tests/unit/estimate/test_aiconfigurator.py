@@ -19,7 +19,8 @@ from tuner.registry import Registry
 pytest.importorskip("aiconfigurator_core", reason="aiconfigurator-core is not installed: "
                     "pip install 'tuner[estimate]'")
 
-# Qwen/Qwen3-14B's config.json, the shape the motivating study served (seed-study.md).
+# Qwen/Qwen3-14B's config.json, the shape the motivating study served
+# (https://docs.gpustack.ai/latest/performance-lab/qwen3-14b/a100).
 QWEN3_14B = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
     "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
@@ -70,8 +71,9 @@ def test_predicts_each_engine_on_a100(aic, qwen3_14b, engine):
 @pytest.mark.parametrize("engine,cli_output_tok_s", [("vllm", 3014.2), ("sglang", 2554.5),
                                                      ("trtllm", 3108.6)])
 def test_matches_the_cli_estimate(aic, qwen3_14b, engine, cli_output_tok_s):
-    """`aiconfigurator cli estimate` at batch 128 with its default ctx_tokens = isl gave these
-    (shared/reference/aiconfigurator.md); max_num_tokens 220 without chunking is that budget."""
+    """`aiconfigurator cli estimate --model-path DIR --system a100_sxm --backend ENGINE --isl 220
+    --osl 200 --batch-size 128` of aiconfigurator 0.12.0, DIR holding the config.json above, with
+    its default ctx_tokens = isl, gave these; max_num_tokens 220 without chunking is that budget."""
     est = aic.estimate(_req(qwen3_14b, engine, max_num_seqs=128, max_num_tokens=220,
                             chunked_prefill=False))
     assert est.output_tok_s == pytest.approx(cli_output_tok_s, abs=0.1)
@@ -81,7 +83,7 @@ def test_matches_the_cli_estimate(aic, qwen3_14b, engine, cli_output_tok_s):
     ("vllm", "0.24.0", 1166.8), ("sglang", "0.5.14", 1188.1), ("trtllm", "1.3.0rc20", 1181.6)])
 def test_matches_the_cli_estimate_on_h200(aic, engine, version, cli_output_tok_s):
     """`aiconfigurator cli estimate --model-path Qwen/Qwen3-32B --system h200_sxm --isl 1000
-    --osl 200 --batch-size 64` (shared/reference/aiconfigurator.md): the hub id is one of AIC's
+    --osl 200 --batch-size 64` of aiconfigurator 0.12.0: the hub id is one of AIC's
     bundled configs, and the data version is the one the CLI picks (its current, not its next)."""
     est = aic.estimate(EstimateRequest(
         engine=engine, knobs={"max_num_seqs": 64, "max_num_tokens": 1000, "chunked_prefill": False},

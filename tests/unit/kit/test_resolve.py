@@ -79,8 +79,9 @@ def test_unpinned_and_unknown_engines_exit_2(tmp_path: Path) -> None:
 
 
 def test_vllm_dry_run_resolves_against_the_h200_image_without_downloading(tmp_path: Path) -> None:
-    """The real index, the real H200 image list: the 43 wheels that were enough there
-    (shared/reference/h200-vllm-0.25.1-wheels.txt), with the index's sha256, and nothing fetched."""
+    """The real index, the real H200 image list: the 43 wheels that served there
+    (experiments/h200-2026-12/data/kits/vllm-0.25.1-manifest.txt), with the index's sha256, and
+    nothing fetched."""
     try:
         resolver_python("3.12", None)
     except InputError as exc:

@@ -35,7 +35,7 @@ def test_saved_predictions_steer_the_same_space_and_rank_online_fp8_first(qwen3_
     assert len(found.predictions) == len(saved.predictions) > 0
     assert found.sources[0]["carried_from"] == str(path) and found.sources[0]["gpu"] == "h200-141gb"
     best = max(found.predictions, key=lambda p: p.value)
-    assert best.params["quantization"] == "fp8"                 # the region gpu-engines.md measured best
+    assert best.params["quantization"] == "fp8"  # measured best: docs/findings/h200-vllm-tuned.md
     assert found.model_pick is not None and found.model_pick.params == best.params
 
 
