@@ -127,12 +127,12 @@ class Readiness(_Strict):
     probe_timeout_s: float = 0.5
 
 
-LAUNCH_PHASES = ("weights_s", "compile_s", "cuda_graphs_s", "kv_profile_s")
+LAUNCH_PHASES = ("weights_s", "compile_s", "kernels_s", "cuda_graphs_s", "kv_profile_s")
 
 
 class PhaseReading(_Strict):
     """A log line in which the engine times one phase of its launch: ``pattern`` is a regular
-    expression whose group 1 is the seconds. Matches of one reading are ranks working side by side
+    expression whose group 1 is the seconds, or a progress bar's elapsed time ([H:]MM:SS). Matches of one reading are ranks working side by side
     (tensor-parallel workers each log it): the longest counts. Readings of one phase add up
     (SGLang captures prefill and decode graphs one after the other), so two spellings of one line
     in different engine versions are two readings that never both match."""
@@ -175,6 +175,7 @@ class LaunchPhases(_Strict):
 
     weights_s: list[PhaseReading] = []       # loading (or, with dummy weights, creating) weights
     compile_s: list[PhaseReading] = []       # torch.compile, or loading its cached result
+    kernels_s: list[PhaseReading] = []       # compiling or tuning kernels outside torch.compile
     cuda_graphs_s: list[PhaseReading] = []   # CUDA-graph capture
     kv_profile_s: list[PhaseReading] = []    # memory profiling, KV-cache allocation, warm-up
     compile_cache: CompileCache | None = None

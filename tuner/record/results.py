@@ -147,7 +147,7 @@ def describe_quality(record: dict | None) -> str:
 
 
 # The launch phases a status line names, with their short labels, in the order an engine runs them.
-LAUNCH_PHASE_LABELS = (("weights_s", "weights"), ("compile_s", "compile"),
+LAUNCH_PHASE_LABELS = (("weights_s", "weights"), ("compile_s", "compile"), ("kernels_s", "kernels"),
                        ("cuda_graphs_s", "graphs"), ("kv_profile_s", "kv"))
 
 

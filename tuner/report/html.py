@@ -187,7 +187,7 @@ def render(study: optuna.Study, data: ReportData) -> str:
     if data.launches:
         parts.append('<h2 id="launches">Where the launches\' time went</h2>')
         parts.append(f'<p class="meta">{_e(launch_summary(data))}</p>')
-        parts.append(_table(LAUNCH_HEAD, launch_rows(data), {2, 3, 4, 6, 7, 8, 9}, "launches"))
+        parts.append(_table(LAUNCH_HEAD, launch_rows(data), {2, 3, 4, 6, 7, 8, 9, 10}, "launches"))
 
     parts.append('<h2 id="trials">All trials</h2>')
     params = data.params

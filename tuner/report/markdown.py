@@ -34,7 +34,7 @@ def runs_note(data: ReportData) -> str:
 
 
 LAUNCH_HEAD = ["trial", "arm", "launch s", "weights s", "compile s", "compile cache",
-               "CUDA graphs s", "KV profile s", "other s", "% of trial"]
+               "kernels s", "CUDA graphs s", "KV profile s", "other s", "% of trial"]
 
 
 def launch_rows(data: ReportData) -> list[list[Any]]:
@@ -47,7 +47,7 @@ def launch_rows(data: ReportData) -> list[list[Any]]:
                      *(fmt(p.get(k), 1) if k in p else "" for k in ("weights_s", "compile_s")),
                      "" if hit is None else "hit" if hit else "miss",
                      *(fmt(p.get(k), 1) if k in p else ""
-                       for k in ("cuda_graphs_s", "kv_profile_s", "other_s")),
+                       for k in ("kernels_s", "cuda_graphs_s", "kv_profile_s", "other_s")),
                      fmt(r.share_pct, 0) if r.share_pct is not None else ""])
     return rows
 

@@ -19,8 +19,16 @@ OTHER = "other_s"
 
 def _seconds(reading: PhaseReading, log_text: str) -> float | None:
     """The longest of the reading's matches: ranks log the same phase side by side."""
-    values = [float(m.group(1)) for m in re.finditer(reading.pattern, log_text)]
+    values = [_as_seconds(m.group(1)) for m in re.finditer(reading.pattern, log_text)]
     return max(values) if values else None
+
+
+def _as_seconds(text: str) -> float:
+    """Seconds, or a progress bar's elapsed time: MM:SS or H:MM:SS."""
+    seconds = 0.0
+    for part in text.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds
 
 
 def read_phases(spec: LaunchPhases, log_text: str) -> dict[str, float | bool]:

@@ -83,9 +83,9 @@ def test_report_tables_launch_phases_and_their_share(tmp_path):
     md = write_report(study, tmp_path / "r.md", "md").read_text()
     assert "## Where the launches' time went" in md
     assert "Launching the engine took 58 % of the trials' time (2 trials" in md
-    assert "| 0 | vllm-defaults | 122.0 | 2.1 | 41.1 | miss | 9.0 | 23.5 | 46.3 | 68 |" in md
-    assert "| 1 | search | 40.0 | 3.5 | 12.6 | hit | 6.0 | 4.8 | 13.2 | 40 |" in md
-    assert "| 2 | search | not ready | 3.1 |  |  |  |  |  |  |" in md
+    assert "| 0 | vllm-defaults | 122.0 | 2.1 | 41.1 | miss |  | 9.0 | 23.5 | 46.3 | 68 |" in md
+    assert "| 1 | search | 40.0 | 3.5 | 12.6 | hit |  | 6.0 | 4.8 | 13.2 | 40 |" in md
+    assert "| 2 | search | not ready | 3.1 |  |  |  |  |  |  |  |" in md
 
     html = write_report(study, tmp_path / "r.html").read_text()
     assert 'id="launches"' in html and "Launching the engine took 58 %" in html

@@ -28,6 +28,16 @@ def test_vllm_gpu_log_that_compiled():
                    "other_s": pytest.approx(122.0 - 73.59 - 2.11)}
 
 
+def test_vllm_block_fp8_checkpoint_log_times_the_deepgemm_warmup():
+    # An H100 launch of the block-scaled FP8 checkpoint: "DeepGEMM warmup: 100%|...| 1138/1138
+    # [03:34<00:00, ...]" inside "init engine (...) took 310.91 s (compilation: 43.13 s)", next to
+    # "Model loading took 15.37 GiB and 10.669083 seconds" and "Graph capturing finished in 8 secs"
+    got = phases("vllm", "vllm-0.25.1-h100-fp8-checkpoint.log", launch_s=382.77)
+    assert got == {"weights_s": 10.67, "compile_s": 43.13, "kernels_s": 214.0, "cuda_graphs_s": 8.0,
+                   "kv_profile_s": pytest.approx(310.91 - 43.13 - 214 - 8), "compile_cache_hit": False,
+                   "other_s": pytest.approx(382.77 - 310.91 - 10.67)}
+
+
 def test_vllm_gpu_log_with_a_compile_cache_hit():
     # "Directly load the compiled graph(s) for compile range (1, 2048) from the cache, took 3.865 s",
     # "torch.compile took 12.63 s in total", "init engine (...) took 23.38 s (compilation: 12.63 s)"
