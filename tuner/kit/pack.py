@@ -125,7 +125,7 @@ def _manifest(rows: list[tuple[str, str, str, str, str]]) -> str:
 
 def _left_out(res: Resolution) -> str:
     lines = [f"# Required by {res.requirement} (transitively) but not in the kit, and why. "
-             f"Host: {res.host_file or 'the given package list'}"]
+             f"Host: {Path(res.host_file).name if res.host_file else 'the given package list'}"]
     lines += [f"{x.name}=={x.version}\t{x.why}" for x in res.left_out]
     return "\n".join(lines) + "\n"
 
