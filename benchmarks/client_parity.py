@@ -31,10 +31,10 @@ from pathlib import Path
 
 from tuner.bench import BenchConfig, run_benchmark
 from tuner.configs.translate import LaunchPlan, build_plan
-from tuner.engines.spec import load_engine
+from tuner.engines.spec import EngineSpec, load_engine
 from tuner.paths import REPO_ROOT, SAMPLES_DIR, expand
 from tuner.runtime import launcher, procgroup
-from tuner.space import Space, load_space
+from tuner.space import EngineChoice, Space, load_space
 
 # metric -> largest |ratio - 1| of the medians that meets the target
 TARGETS = {"total_token_throughput": 0.01, "mean_ttft_ms": 0.03, "mean_tpot_ms": 0.03}
@@ -66,6 +66,21 @@ def workloads(prompts: int, seed: int, space: Space, rate: float | None = None) 
                            *(a for k, v in random.items() for a in (f"--{k.replace('_', '-')}", str(v)))],
                   "prompts": wl.num_prompts, "seed": wl.seed},
     }
+
+
+def server_plan(space: Space, server_core: int | None = None
+                ) -> tuple[EngineSpec, EngineChoice, LaunchPlan]:
+    """The space's vllm engine at its defaults with prefix caching off, so that no client profits
+    from a cache the other warmed; ``server_core`` pins the engine and its OpenMP threads."""
+    spec = load_engine("vllm")
+    base = space.engines["vllm"]
+    update: dict = {"fixed_args": [*base.fixed_args, "--no-enable-prefix-caching"]}
+    if server_core is not None:
+        core = str(server_core)
+        update["command"] = ["taskset", "-c", core, *map(expand, base.command or spec.command)]
+        update["env"] = {**base.env, "VLLM_CPU_OMP_THREADS_BIND": core}
+    choice = base.model_copy(update=update)
+    return spec, choice, build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
 
 
 def vllm_client(plan: LaunchPlan) -> tuple[str, dict[str, str]]:
@@ -121,17 +136,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     space = load_space(args.space)
-    spec = load_engine("vllm")
-    base = space.engines["vllm"]
-    update: dict = {"fixed_args": [*base.fixed_args, "--no-enable-prefix-caching"]}
-    if args.server_core is not None:
-        core = str(args.server_core)
-        update["command"] = ["taskset", "-c", core, *map(expand, base.command or spec.command)]
-        update["env"] = {**base.env, "VLLM_CPU_OMP_THREADS_BIND": core}
     if args.client_core is not None:
         os.sched_setaffinity(0, {args.client_core})  # inherited by `vllm bench serve`
-    choice = base.model_copy(update=update)
-    plan = build_plan(spec, choice, space.model, {}, port=procgroup.free_port())
+    spec, choice, plan = server_plan(space, args.server_core)
     tmp = Path(tempfile.mkdtemp(prefix="tuner-client-parity-"))
     client = vllm_client(plan)
     chosen = workloads(args.prompts, args.seed, space, args.request_rate)

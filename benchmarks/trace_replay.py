@@ -6,7 +6,9 @@ in 512-token blocks that repeat across requests) is replayed against the stub se
 (``dataset: trace``). Reported:
 
 - send-time error: each request's POST time minus its time in the trace, both counted from the
-  first request (so the first request's own start-up delay is left out), p50 / p99 / max in ms;
+  first request (so the first request's own start-up delay is left out), p50 / p99 / max in ms,
+  split into the scheduler's hand-over of the request after its trace time and the time from that
+  hand-over to the POST;
 - chunks per CPU-second: token chunks the client took per second of its own CPU time inside the
   stub's serving window (as benchmarks/capacity.py measures it), beside ``vllm bench serve`` sending
   the same number of requests of the same output length at the same rate (random dataset: vLLM
@@ -57,15 +59,23 @@ def _client_main(a: argparse.Namespace) -> None:
     offsets = [r.arrival_s for r in load_requests(cfg)]
     r = run_benchmark(cfg)
     starts = [o.start_time for o in r.outputs]
+    # Where the lateness comes from: the scheduler handing the request over (its arrival, counted
+    # from the first's) after the trace time, then the request's own start after that hand-over.
+    arrivals = [o.start_time - o.client_queue_time for o in r.outputs]
     error_ms = [1000.0 * ((s - starts[0]) - (o - offsets[0])) for s, o in zip(starts, offsets)]
+    handover_ms = [1000.0 * ((a - arrivals[0]) - (o - offsets[0])) for a, o in zip(arrivals, offsets)]
+    start_ms = [1000.0 * o.client_queue_time for o in r.outputs]
     chunks = sum(1 + len(o.itl) for o in r.outputs if o.success)
     print(json.dumps({
         "client": "tuner (trace)", "completed": r.metrics["completed"], "failed": r.metrics["failed"],
         "duration_s": r.metrics["duration"], "chunks": chunks,
-        "send_error_ms": {"p50": float(np.percentile(error_ms, 50)),
-                          "p99": float(np.percentile(error_ms, 99)),
-                          "max": float(max(error_ms)), "min": float(min(error_ms))},
-        "mean_itl_ms": r.metrics["mean_itl_ms"]}))
+        "send_error_ms": _spread(error_ms), "handover_late_ms": _spread(handover_ms),
+        "handover_to_send_ms": _spread(start_ms), "mean_itl_ms": r.metrics["mean_itl_ms"]}))
+
+
+def _spread(values_ms: list[float]) -> dict[str, float]:
+    return {"p50": float(np.percentile(values_ms, 50)), "p99": float(np.percentile(values_ms, 99)),
+            "max": float(max(values_ms)), "min": float(min(values_ms))}
 
 
 def main(argv: list[str] | None = None) -> None:
