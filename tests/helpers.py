@@ -17,6 +17,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
 
 from tuner.paths import SPACES_DIR
+from tuner.record import schema
+from tuner.space import load_space
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -197,6 +199,18 @@ def ok_trial(value: float, params: dict, arm: str = "search", **attrs) -> optuna
           "p99_ttft_ms": 300.0, "failed": 0, "metrics": {"total_output_tokens": 1000}, **attrs}
     return create_trial(value=value, params=params, distributions=DIST, user_attrs=ua,
                         system_attrs={"constraints:engine_start": 0.0})
+
+
+def stored_study(studies: Path, name: str, trials: list, space=None) -> str:
+    """A study of synthetic trials in ``studies/<name>.db``, stored as the tool stores one (its space,
+    ready), on cpu-smoke's space unless another is given; returns its URL."""
+    url = f"sqlite:///{studies / f'{name}.db'}"
+    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
+    study.set_user_attr(schema.SPACE, (space or load_space("cpu-smoke")).model_dump(mode="json"))
+    study.set_user_attr(schema.READY, True)
+    for t in trials:
+        study.add_trial(t)
+    return url
 
 
 def refused_trial(params: dict, cls: str, evidence: str, arm: str = "search") -> optuna.trial.FrozenTrial:

@@ -85,9 +85,9 @@ def _max_load(estimator: Estimator, space: Space, engine: str, knobs: Mapping[st
     """The load a config sustains within the SLOs, as a fixed-batch model can tell it: per
     workload the largest batch on ``CONCURRENCY_LADDER`` whose predicted TTFT and TPOT meet the
     SLOs, turned into a request rate by Little's law (requests in flight / seconds per request:
-    a server that keeps that batch busy completes it every request's latency); the lowest over the workloads
-    after each one's ``load_scale``, as the measurement aggregates them. SLOs on metrics the model
-    does not predict (failed requests) are not checked."""
+    a server that keeps that batch busy completes it every request's latency); the lowest over
+    the workloads after each one's ``load_scale``, as the measurement aggregates them. SLOs on
+    metrics the model does not predict (failed requests) are not checked."""
     ml = space.objective.max_load
     assert ml is not None
     sustained: list[tuple[float, Estimate]] = []
@@ -104,16 +104,15 @@ def _max_load(estimator: Estimator, space: Space, engine: str, knobs: Mapping[st
             why = first.unsupported or (first.notes[0] if not first.predicted and first.notes
                                         else f"even one request breaks the SLOs on {w.name}")
             return Estimate.cannot(why, first.source, first.notes), None
-        good, bad = 0, len(CONCURRENCY_LADDER)
+        good, bad, est = 0, len(CONCURRENCY_LADDER), first
         while bad - good > 1:
             mid = (good + bad) // 2
-            est = ask(CONCURRENCY_LADDER[mid])
-            if est.predicted and _within(est, space.objective.slos, output_len):
-                good = mid
+            probe = ask(CONCURRENCY_LADDER[mid])
+            if probe.predicted and _within(probe, space.objective.slos, output_len):
+                good, est = mid, probe
             else:
                 bad = mid
         c = CONCURRENCY_LADDER[good]
-        est = ask(c)
         batch = min(c, est.batch or c)  # the engine's caps (max_num_seqs, KV cache) bind first
         load = float(batch) if ml.knob == "max_concurrency" else batch / _request_seconds(est, output_len)
         sustained.append((load / w.load_scale, est))

@@ -132,8 +132,9 @@ LAUNCH_PHASES = ("weights_s", "compile_s", "kernels_s", "cuda_graphs_s", "kv_pro
 
 class PhaseReading(_Strict):
     """A log line in which the engine times one phase of its launch: ``pattern`` is a regular
-    expression whose group 1 is the seconds, or a progress bar's elapsed time ([H:]MM:SS). Matches of one reading are ranks working side by side
-    (tensor-parallel workers each log it): the longest counts. Readings of one phase add up
+    expression whose group 1 is the seconds, or a progress bar's elapsed time ([H:]MM:SS).
+    Matches of one reading are ranks working side by side (tensor-parallel workers each log it):
+    the longest counts. Readings of one phase add up
     (SGLang captures prefill and decode graphs one after the other), so two spellings of one line
     in different engine versions are two readings that never both match."""
 

@@ -79,6 +79,12 @@ def group_configs(study: optuna.Study) -> list[ConfigStats]:
     return list(groups.values())
 
 
+def config_of_trial(study: optuna.Study, number: int) -> ConfigStats | None:
+    """The config trial ``number`` launched, with all its launches; None when that trial is no
+    feasible launch."""
+    return next((g for g in group_configs(study) if number in (t.number for t in g.trials)), None)
+
+
 def best_config(study: optuna.Study) -> ConfigStats | None:
     """The config to recommend: the best median. Once `tune confirm` has repeated configs, only
     repeated ones compete: a single lucky launch must not beat a median of several (seen in the

@@ -31,9 +31,9 @@ class Config:
 
 def config_of(handle: StudyHandle, trial: int) -> Config:
     """The config that trial ``trial`` of the study launched, with all its launches."""
-    for group in results.group_configs(handle.study):
-        if trial in (t.number for t in group.trials):
-            return Config(handle.name, group)
+    group = results.config_of_trial(handle.study, trial)
+    if group is not None:
+        return Config(handle.name, group)
     raise InputError(f"{handle.name}:{trial}: trial {trial} is no feasible launch of study {handle.name!r}")
 
 

@@ -59,8 +59,6 @@ def head_to_head(rows: list[Standing]) -> list[tuple[Standing, Standing, Change]
     """Each pick against each pick entered after it and against each engine's defaults: the
     pick's change over the other, with the interval of the ratio of their geometric means."""
     picks = [r for r in rows if not r.label.endswith(DEFAULTS_SUFFIX)]
-    out = []
-    for i, pick in enumerate(picks):
-        for base in picks[i + 1:] + [r for r in rows if r.label.endswith(DEFAULTS_SUFFIX)]:
-            out.append((pick, base, change(base.values, pick.values)))
-    return out
+    defaults = [r for r in rows if r.label.endswith(DEFAULTS_SUFFIX)]
+    return [(pick, base, change(base.values, pick.values))
+            for i, pick in enumerate(picks) for base in picks[i + 1:] + defaults]

@@ -65,9 +65,8 @@ def entrants(picks: list[tuple[str, StudyHandle, int | None]], *, defaults: bool
 
 def _pick(handle: StudyHandle, trial: int | None) -> ConfigStats:
     """The config trial ``trial`` launched, or the study's recommendation (what `tune best` says)."""
-    groups = results.group_configs(handle.study)
-    found = (next((g for g in groups if trial in (t.number for t in g.trials)), None)
-             if trial is not None else results.best_config(handle.study))
+    found = (results.config_of_trial(handle.study, trial) if trial is not None
+             else results.best_config(handle.study))
     if found is None:
         raise InputError(f"study {handle.name!r}: " + (f"trial {trial} is no feasible launch" if trial is not None
                                                       else "no feasible trial to judge"))

@@ -227,7 +227,8 @@ class GreedySampler(optuna.samplers.BaseSampler):
         running = [_as_run(t) for t in study.get_trials(
             deepcopy=False, states=(TrialState.RUNNING, TrialState.PRUNED)) if t.number != number]
         distributions = _distributions(study)
-        tried = [_as_run(t) for t in history] + running
+        measured = [(t, _as_run(t)) for t in history]
+        tried = [run for _, run in measured] + running
         incumbent = self._at_defaults(dict(self.defaults))
         if incumbent and not _seen(incumbent, tried):
             return incumbent
@@ -240,8 +241,8 @@ class GreedySampler(optuna.samplers.BaseSampler):
             pending = [c for c in candidates if not _seen(c, tried)]
             if pending:
                 return pending[0]
-            scored = [(t.value, _as_run(t)) for t in history if t.value is not None and _feasible(t)
-                      and any(_same(_as_run(t), c) for c in candidates + [incumbent])]
+            scored = [(t.value, run) for t, run in measured if t.value is not None and _feasible(t)
+                      and any(_same(run, c) for c in candidates + [incumbent])]
             if scored:
                 best = max(scored, key=lambda s: s[0]) if maximize else min(scored, key=lambda s: s[0])
                 incumbent = {**incumbent, **best[1]}

@@ -10,13 +10,11 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import ok_trial
+from tests.helpers import ok_trial, stored_study
 from tuner.cli import app
 from tuner.estimate import ESTIMATORS, Estimate
-from tuner.record import schema
 from tuner.report.gap import gap, predicted_rows
 from tuner.engines.hardware import profile
-from tuner.space import load_space
 from tuner.study.lifecycle import load
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -39,23 +37,13 @@ if "test-linear" not in ESTIMATORS:
     ESTIMATORS.register("test-linear")(_Linear)
 
 
-def _study(studies, name: str, trials: list) -> str:
-    url = f"sqlite:///{studies / f'{name}.db'}"
-    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
-    study.set_user_attr(schema.SPACE, load_space("cpu-smoke").model_dump(mode="json"))
-    study.set_user_attr(schema.READY, True)
-    for t in trials:
-        study.add_trial(t)
-    return url
-
-
 @pytest.fixture
 def two_studies(studies):
     studies.mkdir()
-    _study(studies, "first", [ok_trial(5000.0, DEFAULTS, "vllm-defaults"),
-                              *(ok_trial(v, {"max_num_seqs": 16, "chunked_prefill": True}) for v in (6000.0, 6100.0, 5900.0))])
-    _study(studies, "second", [ok_trial(v, DEFAULTS, "vllm-defaults") for v in (4000.0, 4100.0, 3900.0)]
-           + [ok_trial(4500.0, {"max_num_seqs": 8, "chunked_prefill": True})])
+    stored_study(studies, "first", [ok_trial(5000.0, DEFAULTS, "vllm-defaults"),
+                                     *(ok_trial(v, {"max_num_seqs": 16, "chunked_prefill": True}) for v in (6000.0, 6100.0, 5900.0))])
+    stored_study(studies, "second", [ok_trial(v, DEFAULTS, "vllm-defaults") for v in (4000.0, 4100.0, 3900.0)]
+                 + [ok_trial(4500.0, {"max_num_seqs": 8, "chunked_prefill": True})])
     return studies
 
 

@@ -9,7 +9,7 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import ok_trial, refused_trial
+from tests.helpers import ok_trial, refused_trial, stored_study
 from tuner.cli import app
 from tuner.record import schema
 from tuner.report import judge as verdict
@@ -23,28 +23,14 @@ runner = CliRunner()
 CHUNKED = {"chunked_prefill": True}
 
 
-def _study(studies, name: str, trials: list, space=None) -> str:
-    url = f"sqlite:///{studies / f'{name}.db'}"
-    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
-    study.set_user_attr(schema.SPACE, (space or load_space("cpu-smoke")).model_dump(mode="json"))
-    study.set_user_attr(schema.READY, True)
-    for t in trials:
-        study.add_trial(t)
-    return url
-
-
 @pytest.fixture
 def searches(studies):
     studies.mkdir()
-    _study(studies, "greedy", [ok_trial(50.0, {"max_num_seqs": 128, **CHUNKED}, "vllm-defaults"),
-                               ok_trial(60.0, {"max_num_seqs": 16, **CHUNKED})])
-    _study(studies, "tpe", [ok_trial(55.0, {"max_num_seqs": 32, **CHUNKED}),
-                            ok_trial(65.0, {"max_num_seqs": 8, **CHUNKED})])
+    stored_study(studies, "greedy", [ok_trial(50.0, {"max_num_seqs": 128, **CHUNKED}, "vllm-defaults"),
+                                      ok_trial(60.0, {"max_num_seqs": 16, **CHUNKED})])
+    stored_study(studies, "tpe", [ok_trial(55.0, {"max_num_seqs": 32, **CHUNKED}),
+                                   ok_trial(65.0, {"max_num_seqs": 8, **CHUNKED})])
     return studies
-
-
-def _picks(*specs):
-    return [(label, load(name, f"sqlite:///{name}.db"), trial) for label, name, trial in specs]
 
 
 def test_picks_and_defaults_are_queued_round_by_round(searches, monkeypatch):
@@ -67,7 +53,7 @@ def test_a_named_trial_is_judged_and_a_study_with_another_question_is_refused(se
     assert [e.origin for e in field] == ["greedy#0"]
     other = load_space("cpu-smoke").model_copy(update={"workload": load_space("cpu-smoke").workload.model_copy(
         update={"num_prompts": 7})})
-    _study(searches, "elsewhere", [ok_trial(70.0, {"max_num_seqs": 4, **CHUNKED})], space=other)
+    stored_study(searches, "elsewhere", [ok_trial(70.0, {"max_num_seqs": 4, **CHUNKED})], space=other)
     elsewhere = load("elsewhere", f"sqlite:///{searches}/elsewhere.db")
     with pytest.raises(Exception, match="another workloads than study 'greedy'"):
         judge.entrants([("a", greedy, None), ("b", elsewhere, None)])
@@ -79,7 +65,7 @@ def test_the_verdict_gives_each_entrant_its_interval_and_each_pick_its_change(se
               for label, values in runs.items() for v in values]
     trials.append(refused_trial({"max_num_seqs": 8, **CHUNKED}, "oom", "CUDA out of memory", "tpe"))
     trials[-1].user_attrs[schema.JUDGED] = "tpe-origin"
-    _study(searches, "verdict", trials)
+    stored_study(searches, "verdict", trials)
     rows = verdict.standings(load("verdict", f"sqlite:///{searches}/verdict.db").study)
     assert [(r.label, r.values, r.refused) for r in rows] == [
         ("greedy", runs["greedy"], 0), ("tpe", runs["tpe"], 1), ("vllm-defaults", runs["vllm-defaults"], 0)]
@@ -92,8 +78,8 @@ def test_the_verdict_gives_each_entrant_its_interval_and_each_pick_its_change(se
 
 
 def test_the_cli_prints_the_verdict_of_an_existing_judge(searches):
-    _study(searches, "done", [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, "tpe", judged="tpe#1")
-                              for v in (64.0, 65.0, 66.0)])
+    stored_study(searches, "done", [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, "tpe", judged="tpe#1")
+                                    for v in (64.0, 65.0, 66.0)])
     r = runner.invoke(app, ["judge", "done"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     iv = log_t_interval([64.0, 65.0, 66.0])
