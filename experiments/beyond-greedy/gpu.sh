@@ -7,7 +7,8 @@
 #                   own folder), write the model shapes, import carried studies, then run the
 #                   steps in the background, in order: each is a space beside this file, started
 #                   (or resumed, when its study exists) with `tune start`; the step `judge` runs
-#                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe` on the imported arms
+#                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` on the
+#                   imported arms
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
 #   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export
 # Every phase leaves `tune export` of each study in $OUT, so a call cut short still returns data.
@@ -88,10 +89,11 @@ start)
 queue)   # start's background part, in a session of its own so that it outlives the call
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
-    if [ "$step" = judge ]; then   # the arms' picks and the engines' defaults, 3 launches each
+    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one machine's
+                                   # 30 minutes; the arms measured the engines' defaults once each
       stamp "step judge"
       if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
-        verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3); fi
+        verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 --no-defaults); fi
       "${TUNE[@]}" "${verb[@]}" & child=$!
       wait "$child"
       stamp "step judge exited $?"
