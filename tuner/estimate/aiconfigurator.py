@@ -235,13 +235,7 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
         if req.engine_version:
             notes.append(f"AIC's {req.engine} data is for {version}, not {req.engine_version}")
 
-    unknown = sorted(k for k in req.knobs if k not in MODELLED and k not in NEUTRAL)
-    if unknown:
-        raise _Unsupported(f"AIConfigurator does not model the knob(s) {', '.join(unknown)}")
-    for k, ok in NEUTRAL.items():
-        if k in req.knobs and req.knobs[k] not in ok:
-            raise _Unsupported(f"AIConfigurator does not model {k}={req.knobs[k]!r} (only "
-                               f"{' or '.join(map(repr, ok))})")
+    _check_knobs(req)
 
     spec = aic["load_system_spec"](system)["gpu"]
     mem_gib, sm = spec["mem_capacity"] / 2**30, int(spec["sm_version"])
@@ -275,6 +269,17 @@ def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
         tp=int(knobs.get("tensor_parallel", 1)), max_num_seqs=int(knobs["max_num_seqs"]),
         max_num_tokens=int(knobs["max_num_tokens"]), chunked_prefill=chunked,
         memory_fraction=None if fraction is None else float(fraction), notes=tuple(notes))
+
+
+def _check_knobs(req: EstimateRequest) -> None:
+    """Knobs the model does not take, or takes only at their neutral values, get no number."""
+    unknown = sorted(k for k in req.knobs if k not in MODELLED and k not in NEUTRAL)
+    if unknown:
+        raise _Unsupported(f"AIConfigurator does not model the knob(s) {', '.join(unknown)}")
+    for k, ok in NEUTRAL.items():
+        if k in req.knobs and req.knobs[k] not in ok:
+            raise _Unsupported(f"AIConfigurator does not model {k}={req.knobs[k]!r} (only "
+                               f"{' or '.join(map(repr, ok))})")
 
 
 def _kv_mode(engine: str, kv: str) -> KvMode | None:
