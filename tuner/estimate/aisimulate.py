@@ -23,8 +23,8 @@ module gets wrong comes back as a refusal, never as a silent default; the Python
 behind it is not a documented API. The YAML (``simulation_config``) is built from tuner's knobs
 with AIConfigurator's mapping (``aiconfigurator.py``: GPU systems, engine defaults, the
 quantization modes of ``aiconfigurator_modes.yaml``), since AISimulate's kernel data and mode names
-are AIConfigurator's. Each estimate is one process and one simulated workload (seconds); results
-are cached per request.
+are AIConfigurator's. Each estimate is one process and one simulated workload; results are cached
+per request.
 """
 
 from __future__ import annotations
