@@ -25,6 +25,13 @@ with AIConfigurator's mapping (``aiconfigurator.py``: GPU systems, engine defaul
 quantization modes of ``aiconfigurator_modes.yaml``), since AISimulate's kernel data and mode names
 are AIConfigurator's. Each estimate is one process and one simulated workload; results are cached
 per request.
+
+Sources, all in https://github.com/ai-dynamo/aisimulate (no release tag is published there; each
+file at the commit read): docs/MIGRATION.md at 1655a4aa (the 0.13.0 guide: package mapping,
+flat engine controls, the verified ``predict`` example), docs/cli/user-guide.md at 05a78e49 (fields,
+outputs, exit statuses), docs/cli/understand-your-prediction.md at 77122a7b (summary fields),
+python/aisimulate/src/aisimulate/replay/reporting.py at 1c8ad9e4 and main.py at 0041cf46 (how
+``predict`` writes ``prediction.json`` and its ``summary``).
 """
 
 from __future__ import annotations
@@ -203,7 +210,10 @@ def estimate_from_summary(summary: dict[str, Any], req: EstimateRequest, sim: Si
     understand-your-prediction.md, "Read one report" (``completed_requests``,
     ``request_throughput_rps``, ``output_throughput_tok_s``, ``mean_ttft_ms``, ``mean_tpot_ms``,
     ``num_tpot_samples``): throughputs count completed requests over the modelled duration, TTFT
-    includes queueing, and TPOT is one average per request, the population its SLA filter uses."""
+    includes queueing, and TPOT is one average per request, the population its SLA filter uses.
+    The same names fill its terminal table (python/aisimulate/src/aisimulate/replay/reporting.py,
+    ``format_report_table``); a summary without ``mean_tpot_ms`` falls back to the mean
+    inter-token gap, ``mean_itl_ms``, which weights long outputs more."""
     notes = list(sim.notes)
     completed = int(summary.get("completed_requests") or 0)
     if completed == 0:
@@ -218,7 +228,12 @@ def estimate_from_summary(summary: dict[str, Any], req: EstimateRequest, sim: Si
         ttft = float(summary["mean_ttft_ms"])
     except (KeyError, TypeError, ValueError) as exc:
         return Estimate.cannot(f"AISimulate's summary lacks {exc}", source, tuple(notes))
-    tpot = summary.get("mean_tpot_ms") if summary.get("num_tpot_samples", 1) else None
+    tpot = summary.get("mean_tpot_ms")
+    if tpot is None and summary.get("mean_itl_ms") is not None:
+        tpot = summary["mean_itl_ms"]
+        notes.append("TPOT is AISimulate's mean inter-token latency (its summary has no mean TPOT)")
+    if not summary.get("num_tpot_samples", 1):
+        tpot = None  # no request had two output tokens: a zero would read as a fast deployment
     batch = min(sim.concurrency, sim.max_num_seqs)
     return Estimate(
         total_tok_s=rps * (req.input_len + req.output_len), output_tok_s=out_tok_s,

@@ -195,6 +195,14 @@ def test_incomplete_and_empty_runs(package_dir):
     assert one_token.tpot_ms is None
 
 
+def test_without_a_mean_tpot_the_mean_itl_stands_in(package_dir):
+    req = _req(concurrency=64)
+    sim = aisim.simulation_config(req, package_dir)
+    summary = {k: v for k, v in _summary(mean_itl_ms=23.0).items() if k != "mean_tpot_ms"}
+    est = aisim.estimate_from_summary(summary, req, sim, "src")
+    assert est.tpot_ms == 23.0 and any("inter-token" in n for n in est.notes)
+
+
 @pytest.mark.skipif(find_spec("aisimulate") is None, reason=SKIP_REAL)
 def test_simulates_for_real():
     """The user guide's first example's deployment (docs/cli/user-guide.md section 4: one H200,
