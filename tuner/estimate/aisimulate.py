@@ -198,8 +198,9 @@ def _system_spec(package_dir: Path, system: str) -> dict[str, Any]:
 
 
 def _model(model: str) -> str:
-    """A local folder with a config.json (or its HF-cache snapshot) by path, else the id as given:
-    AISimulate resolves ids it bundles and refuses others, which becomes ``unsupported``."""
+    """A local folder with a config.json (or its HF-cache snapshot) by path, as AIConfigurator's
+    ``--model-path`` took it (docs/MIGRATION.md maps that flag to ``engine.model``), else the id
+    as given. A model AISimulate cannot resolve is its refusal, which becomes ``unsupported``."""
     local = _local_dir(model)
     return str(local) if local is not None else model
 
