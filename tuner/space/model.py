@@ -180,6 +180,20 @@ class MaxLoad(_Strict):
     low: float = Field(gt=0)
     high: float = Field(gt=0)
     probes: int = Field(6, ge=2, le=20)
+    # How long each probe offers its rate: a run sends rate x duration_s requests (at least the
+    # workload's num_prompts). A fixed num_prompts at a high rate is a burst that ends before the
+    # queue shows: a server that holds a few hundred requests at once meets the SLOs for a burst
+    # of that size at any offered rate, though it completes far fewer requests a second. Over
+    # duration_s a rate above what the server completes grows its queue, and the SLOs catch it.
+    duration_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "MaxLoad":
+        if self.duration_s is not None and self.knob != "request_rate":
+            raise ValueError("max_load.duration_s applies to knob request_rate: a closed loop at a "
+                             "concurrency cannot queue more than it holds; raise the workload's "
+                             "num_prompts instead")
+        return self
 
 
 class Objective(_Strict):
@@ -193,6 +207,12 @@ class Objective(_Strict):
     slos: dict[str, float] = {}
     aggregate: Literal["weighted", "worst"] = "weighted"
     max_load: MaxLoad | None = None
+
+    @property
+    def name(self) -> str:
+        """What a trial's value is, as reports name it: ``max_load`` for a max-load search (its
+        value is a load, not ``metric``), else the metric or metrics."""
+        return " / ".join(t.metric for t in self.targets())
 
     def targets(self) -> list[Target]:
         if self.max_load is not None:

@@ -7,6 +7,7 @@ local studies, Ray workers and `tune evaluate`.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from tuner.record.per_gpu import per_gpu
 from tuner.runtime import marker
 from tuner.runtime.launcher import EngineStartFailed, Server, start, wait_ready
 from tuner.runtime.procgroup import free_port
-from tuner.space import Scalar, Space, Workload
+from tuner.space import MaxLoad, Scalar, Space, Workload
 from tuner.trial import lm_eval
 from tuner.trial.launch_phases import breakdown
 from tuner.trial.load_search import describe, find_max_load
@@ -260,7 +261,8 @@ def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: 
                 reset_prefix_cache(server)
             runs += 1
             w = workload.model_copy(update={ml.knob: int(load) if integer else load,
-                                            "name": f"{workload.name}-{ml.knob}-{load:g}"})
+                                            "name": f"{workload.name}-{ml.knob}-{load:g}",
+                                            "num_prompts": probe_prompts(workload, load, ml)})
             result = run_benchmark(bench_config(space, w, plan, server.base_url))
             _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
             outcome.client_saturated |= result.client_saturated
@@ -280,6 +282,14 @@ def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: 
             break
     limiting = min(sustained, key=sustained.__getitem__)
     outcome.metrics = {**outcome.workload_metrics[limiting], "max_load": sustained[limiting]}
+
+
+def probe_prompts(workload: Workload, load: float, ml: MaxLoad) -> int:
+    """How many requests a max-load probe sends: enough to offer ``load`` for ``duration_s``
+    seconds (``MaxLoad`` says why), never fewer than the workload's own ``num_prompts``."""
+    if ml.duration_s is None:
+        return workload.num_prompts
+    return max(workload.num_prompts, math.ceil(load * ml.duration_s))
 
 
 def reset_prefix_cache(server: Server) -> None:

@@ -104,3 +104,39 @@ def test_several_workloads_the_load_every_one_sustains(monkeypatch, tmp_path):
 def test_several_workloads_need_the_worst_aggregate():
     with pytest.raises(InputError, match="aggregate: worst"):
         _two_workload_space(aggregate="weighted")
+
+
+def test_a_probe_offers_its_rate_for_duration_s(monkeypatch, tmp_path):
+    """With ``duration_s`` a probe sends rate x duration requests (at least num_prompts), so a
+    rate above what the server completes is offered long enough for its queue to show."""
+    from types import SimpleNamespace
+
+    from tuner.trial import runner
+
+    sent = []
+
+    def fake_benchmark(config):
+        name, rate, n = config
+        sent.append((name, rate, n))
+        metrics = {"p99_ttft_ms": 100.0 if rate <= 3 else 5000.0, "completed": n, "failed": 0}
+        return SimpleNamespace(metrics=metrics, client_saturated=False, to_json=lambda: metrics)
+
+    monkeypatch.setattr(runner, "bench_config",
+                        lambda space, w, plan, url: (w.name.split("-")[0], w.request_rate, w.num_prompts))
+    monkeypatch.setattr(runner, "run_benchmark", fake_benchmark)
+    space = _two_workload_space(max_load={"low": 1, "high": 64, "probes": 4, "duration_s": 10})
+    outcome = runner.TrialOutcome(plan=None, log_path=tmp_path / "log")
+    server = SimpleNamespace(base_url="http://127.0.0.1:1", alive=lambda: True,
+                             spec=SimpleNamespace(prefix_cache_reset=None))
+    runner._search_max_load(space, None, server, tmp_path, outcome)
+    chat = [(rate, n) for w, rate, n in sent if w == "chat"]
+    long = [(rate, n) for w, rate, n in sent if w == "long"]
+    assert chat == [(1, 10), (2, 20), (4, 40), (3, 30)]   # 10 s of arrivals at each rate
+    assert long[:2] == [(0.25, 8), (0.5, 8)]             # never fewer than num_prompts (8)
+    assert long[-1] == (2.0, 20)
+
+
+def test_duration_s_needs_a_request_rate():
+    with pytest.raises(InputError, match="duration_s applies to knob request_rate"):
+        _two_workload_space(max_load={"knob": "max_concurrency", "low": 1, "high": 8,
+                                      "duration_s": 10})
