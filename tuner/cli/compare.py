@@ -42,7 +42,7 @@ def gap_command(
     handle = load(study, url(storage, study))
     rows = predicted_rows(handle, get_estimator(estimator), profile(gpu))
     found = gap(rows)
-    metric = handle.space.objective.metric
+    metric = handle.space.objective.name
     console.print(f"{metric} per measured config (median of its launches) and {estimator}'s prediction:")
     for r in rows:
         knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "(defaults)"

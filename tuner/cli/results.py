@@ -34,7 +34,7 @@ def status(
             console.print(n)
         return
     handle = study_mod.load(study, url(storage, study))
-    metric = handle.space.objective.metric
+    metric = handle.space.objective.name
     trials = study_mod.trials_table(handle.study)
     params = list(dict.fromkeys(k for t in trials for k in t.params))
     table = Table(title=f"{study}: {study_mod.finished_count(handle.study)} finished, "
@@ -87,7 +87,7 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
     is feasible yet."""
     if handle.space.objective.multi:
         return _print_pareto(handle)
-    metric = handle.space.objective.metric
+    metric = handle.space.objective.name
     best = results.best_config(handle.study)
     if best is None:
         console.print("[yellow]no feasible trial yet[/]")

@@ -61,10 +61,10 @@ def bases_of(handle: StudyHandle, trial: int | None) -> list[Config]:
 def compare(pick: StudyHandle, pick_trial: int | None,
             others: list[tuple[StudyHandle, int | None]]) -> tuple[Config, list[tuple[Config, Change]]]:
     """The pick and its gain over each other config; the studies must share one objective."""
-    metric = pick.space.objective.metric
+    metric = pick.space.objective.name
     for handle, _ in others:
-        if handle.space.objective.metric != metric:
-            raise InputError(f"study {handle.name!r} measures {handle.space.objective.metric}, "
+        if handle.space.objective.name != metric:
+            raise InputError(f"study {handle.name!r} measures {handle.space.objective.name}, "
                              f"study {pick.name!r} measures {metric}: no common objective to compare")
     best = pick_of(pick, pick_trial)
     return best, [(base, change(base.stats.values, best.stats.values))

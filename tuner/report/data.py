@@ -144,6 +144,8 @@ def objective_name(study: optuna.Study) -> str:
         return " / ".join(study.metric_names)
     for holder in ((study.user_attrs.get(schema.SPACE) or {}).get("objective"),
                    study.user_attrs.get("objective")):
+        if isinstance(holder, dict) and holder.get("max_load"):
+            return "max_load"
         if isinstance(holder, dict) and holder.get("metric"):
             return holder["metric"]
     return "value"

@@ -44,12 +44,12 @@ class Row:
 
 
 def measured_rows(handle: StudyHandle) -> list[Row]:
-    """The study's launched, feasible configs (answers reused from an earlier trial left out)."""
+    """The study's launched configs that met every constraint (answers reused from an earlier
+    trial left out). One that broke an SLO has no value to compare: under a max-load objective
+    its 0 means "below the search's lowest load", not a load it sustained."""
     rows: dict[tuple[str, str], Row] = {}
     for t in handle.study.trials:
-        if t.state.name != "COMPLETE" or not t.user_attrs.get(schema.FEASIBLE) or t.value is None:
-            continue
-        if schema.REUSED_FROM in t.user_attrs:
+        if not schema.is_feasible(t) or not schema.launched(t) or t.value is None or t.value <= 0:
             continue
         knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
         engine = t.params.get("engine") or next(iter(handle.space.engines))

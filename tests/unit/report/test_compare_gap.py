@@ -88,3 +88,17 @@ def test_the_gap_is_bias_spread_and_rank_order_per_engine(two_studies, tmp_path)
     assert doc["gap"]["vllm"]["n"] == 2 and len(doc["configs"]) == 2
     r = runner.invoke(app, ["gap", "first", "--gpu", "no-such-gpu", "--estimator", "test-linear"])
     assert r.exit_code == 2 and "unknown GPU profile 'no-such-gpu'" in r.output
+
+
+def test_the_gap_leaves_out_a_config_that_broke_an_slo(studies):
+    """A trial that met no SLO (a max-load search's 0: below its lowest load) has no value to
+    compare with a prediction; the engine ran, so only its constraints say so."""
+    studies.mkdir()
+    broke = ok_trial(0.0, {"max_num_seqs": 8, "chunked_prefill": True})
+    broke = optuna.trial.create_trial(value=0.0, params=broke.params, distributions=broke.distributions,
+                                      user_attrs=broke.user_attrs,
+                                      system_attrs={"constraints:engine_start": 0.0,
+                                                    "constraints:slo:max_load": 1.0})
+    url = stored_study(studies, "slo", [ok_trial(4000.0, DEFAULTS, "vllm-defaults"), broke])
+    rows = predicted_rows(load("slo", url), _Linear(), profile("cpu"))
+    assert [(r.arm, r.measured) for r in rows] == [("vllm-defaults", 4000.0)]
