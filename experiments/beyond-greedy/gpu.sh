@@ -70,6 +70,10 @@ start)
   for shape in qwen3-14b qwen3-14b-fp8 qwen3-14b-awq; do
     [ -f "$TUNER_CACHE/models/$shape/config.json" ] || "${TUNE[@]}" model tiny "$TUNER_CACHE/models/$shape" --shape "$shape" &
   done
+  # ShareGPT-format chats, enough that a probe offering 128 req/s for 8 s repeats none (a repeated
+  # prompt would hit the prefix cache); deterministic for the host's Python.
+  [ -f "$TUNER_CACHE/sharegpt-2000.json" ] || python3 scripts/make_sharegpt.py --n 2000 \
+    --out "$TUNER_CACHE/sharegpt-2000.json" || exit 1
   wait
   if [ -f "$CARRIED/engine-caches.tar.gz" ] && [ ! -d "$TUNER_CACHE/engine-caches" ]; then
     tar xzf "$CARRIED/engine-caches.tar.gz" -C "$TUNER_CACHE"
