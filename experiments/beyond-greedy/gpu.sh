@@ -32,10 +32,10 @@ export_all() {
   cp "$STATE/queue.log" "$OUT/" 2>/dev/null
   # The engines' kernel and compile caches, so that the next machine's first launches hit them
   # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes); kept only
-  # while they fit a call's return.
+  # while they fit one returned file (16 MiB).
   if [ -d "$TUNER_CACHE/engine-caches" ]; then
     tar czf "$STATE/engine-caches.tar.gz" -C "$TUNER_CACHE" engine-caches 2>/dev/null
-    [ "$(stat -c %s "$STATE/engine-caches.tar.gz")" -lt 60000000 ] && cp "$STATE/engine-caches.tar.gz" "$OUT/"
+    [ "$(stat -c %s "$STATE/engine-caches.tar.gz")" -lt 16777216 ] && cp "$STATE/engine-caches.tar.gz" "$OUT/"
   fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"
   ls -la "$OUT"
