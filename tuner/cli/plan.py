@@ -85,6 +85,11 @@ def render(report: PlanReport, console: Console) -> None:
     else:
         goal = " and ".join(f"{t.direction} {t.metric}" for t in o.targets())
     console.print(f"[bold]objective[/] {goal}; budget {s.budget.n_trials} trials", highlight=False)
+    if o.max_load is not None and o.max_load.knob == "request_rate" and o.max_load.duration_s is None:
+        console.print("[yellow]note[/] each probe sends the workload's num_prompts requests, a burst "
+                      "that ends sooner the higher the rate: a server that holds them all at once "
+                      "meets the SLOs at any rate. Set objective.max_load.duration_s (for example 8) "
+                      "to offer every rate for as long.", highlight=False)
     if s.quality is not None:
         _render_quality(s, console)
 

@@ -56,3 +56,23 @@ def test_gpu_spaces_launch_every_engine_from_its_pinned_image():
 def test_engine_overrides_are_checked_and_applied():
     r = runner.invoke(app, ["start", "--space", "a100-throughput", "--engine-image", "tgi=x"])
     assert r.exit_code == 2 and "the space has no engine 'tgi'" in r.output
+
+
+def test_plan_says_how_long_each_max_load_probe_offers_its_rate(tmp_path, tiny_model_path):
+    import yaml
+
+    from tuner.space import load_space
+
+    space = load_space("cpu-smoke").model_dump(mode="json", exclude_none=True)
+    space["objective"] = {"slos": {"p99_ttft_ms": 2000},
+                          "max_load": {"knob": "request_rate", "low": 1, "high": 8, "probes": 3}}
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump(space))
+    r = runner.invoke(app, ["plan", "--space", str(path), "--samples", "0"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "Set objective.max_load.duration_s" in r.output
+    space["objective"]["max_load"]["duration_s"] = 8
+    path.write_text(yaml.safe_dump(space))
+    r = runner.invoke(app, ["plan", "--space", str(path), "--samples", "0"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "each offered for 8 s" in r.output and "duration_s" not in r.output
