@@ -1,5 +1,6 @@
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -52,9 +53,15 @@ def studies(tmp_path, monkeypatch) -> Path:
     return d
 
 
+class RealStudy(NamedTuple):
+    studies: Path   # the studies dir (TUNER_STUDIES_DIR of the run)
+    name: str
+    stdout: str     # what `tune start` printed
+
+
 @pytest.fixture(scope="session")
-def real_study(tmp_path_factory, vllm_bin, tiny_model_path) -> tuple[Path, str]:
-    """(studies dir, study name) of a 3-trial cpu-smoke study run by `tune start` on real vLLM.
+def real_study(tmp_path_factory, vllm_bin, tiny_model_path) -> RealStudy:
+    """A 3-trial cpu-smoke study (16 prompts) run by `tune start` on real vLLM.
 
     Session-scoped: about 2.5 minutes on 2 cores, shared by every test that reads a real study.
     Trials: the defaults baseline, the refused probe, one searched config.
@@ -78,4 +85,4 @@ def real_study(tmp_path_factory, vllm_bin, tiny_model_path) -> tuple[Path, str]:
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "TUNER_STUDIES_DIR": str(studies), "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return studies, "real-smoke"
+    return RealStudy(studies, "real-smoke", proc.stdout)

@@ -40,7 +40,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log, timeout_s: float = 300)
 def test_the_printed_command_serves_and_the_manifests_validate(real_study, tmp_path):
     import kubernetes_validate
 
-    studies, name = real_study
+    studies, name, _ = real_study
     handle = load(name, f"sqlite:///{studies / (name + '.db')}")
     trial = results.best_config(handle.study).first
     recorded = trial.user_attrs["command"]

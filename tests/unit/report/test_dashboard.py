@@ -40,7 +40,7 @@ def _wait_for_api(base: str, proc: subprocess.Popen, timeout: float = 60) -> Non
 
 @pytest.mark.engine
 def test_dashboard_serves_a_real_study_with_attrs_notes_and_artifacts(real_study):
-    studies, name = real_study
+    studies, name, _ = real_study
     port = free_port()
     proc = subprocess.Popen([*DASHBOARD, name, "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -277,7 +277,7 @@ def test_report_command_writes_and_names_bad_input(tmp_path, studies):
 
 @pytest.mark.engine
 def test_report_of_a_real_study(real_study, tmp_path):
-    studies, name = real_study
+    studies, name, _ = real_study
     study = optuna.load_study(study_name=name, storage=f"sqlite:///{studies / (name + '.db')}")
     text = write_report(study, tmp_path / "real.md", "md").read_text()
     assert "--served-model-name tiny-qwen3" in text
