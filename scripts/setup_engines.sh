@@ -58,9 +58,39 @@ install_lm_eval() {
 
 for e in "${engines[@]}"; do
   case "$e" in
-    vllm) install_vllm ;;
-    transformers) install_transformers ;;
-    lm-eval) install_lm_eval ;;
+    vllm|transformers|lm-eval) ;;
     *) echo "unknown engine '$e' (known: vllm transformers lm-eval)" >&2; exit 2 ;;
   esac
 done
+
+install() {
+  case "$1" in
+    vllm) install_vllm ;;
+    transformers) install_transformers ;;
+    lm-eval) install_lm_eval ;;
+  esac
+}
+
+if [ ${#engines[@]} -eq 1 ]; then
+  install "${engines[0]}"
+  exit 0
+fi
+# Each venv is installed beside the others: pip spends much of an install waiting on downloads and
+# on the disk, so on a fresh machine (CI) several at once finish well before one after another.
+# Each one's output is kept apart and printed whole once it is done, in the order asked.
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+pids=()
+for e in "${engines[@]}"; do
+  ( install "$e" ) >"$logs/$e.log" 2>&1 &
+  pids+=($!)
+done
+failed=()
+for i in "${!engines[@]}"; do
+  wait "${pids[$i]}" || failed+=("${engines[$i]}")
+  cat "$logs/${engines[$i]}.log"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "setup_engines.sh: the install of ${failed[*]} failed (its output is above)" >&2
+  exit 1
+fi
