@@ -1,6 +1,6 @@
 # A Docker daemon and a compose command for the container tests (tests/unit/runtime/test_container.py)
-# and the compose checks (tests/unit/test_deploy.py), sourced by scripts/test.sh: `docker_start`
-# before pytest, `docker_stop` on EXIT.
+# and the compose checks (tests/unit/test_deploy.py), sourced by scripts/test.sh: `docker_install`
+# beside the rest of the setup, `docker_start` before pytest, `docker_stop` on EXIT.
 #
 # A daemon that already answers is used as it is. Otherwise, as root, this starts a private one for
 # the run: its own data root, exec root, socket, pidfile and log under a temp dir (so it touches no
@@ -75,6 +75,15 @@ _compose_install() {
   else
     _apt_install docker-compose "the standalone docker-compose"
   fi
+}
+
+# Installs what docker_start would install, without starting anything: scripts/test.sh runs it
+# beside the pip installs of scripts/setup.sh. Where it cannot (not root, no package), docker_start
+# says why later.
+docker_install() {
+  _compose_answers || _compose_install || true
+  _docker_answers || command -v dockerd >/dev/null 2>&1 \
+    || _apt_install docker.io "dockerd, containerd, runc" || true
 }
 
 docker_start() {

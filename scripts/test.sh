@@ -4,8 +4,25 @@
 # the container tests and compose checks then skip; otherwise no daemon or compose fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh || exit 1
-scripts/setup_browser.sh || exit 1   # headless Chromium for the report test
+# The apt side (headless Chromium for the report test, the Docker packages) is installed beside
+# the pip side (scripts/setup.sh): they share no lock, and neither needs the other. apt's output is
+# printed once both are done.
+apt_log="$(mktemp)"
+(
+  scripts/setup_browser.sh || exit 1
+  if [ "${TUNER_SKIP_CONTAINERS:-}" != 1 ]; then
+    . scripts/docker_daemon.sh
+    docker_install
+  fi
+) >"$apt_log" 2>&1 &
+apt_pid=$!
+setup_rc=0
+scripts/setup.sh || setup_rc=$?
+apt_rc=0
+wait "$apt_pid" || apt_rc=$?
+cat "$apt_log"
+rm -f "$apt_log"
+[ "$setup_rc" -eq 0 ] && [ "$apt_rc" -eq 0 ] || exit 1
 if [ "${TUNER_SKIP_CONTAINERS:-}" = 1 ]; then
   echo "docker: TUNER_SKIP_CONTAINERS=1: no daemon or compose set up; the container tests and" \
        "compose checks skip"
@@ -22,7 +39,7 @@ else
   export TUNER_REQUIRE_CONTAINERS=1   # a daemon or compose gone missing fails those tests too
 fi
 export TUNER_REQUIRE_ENGINES=1   # a missing engine fails the engine tests instead of skipping them
-.venv/bin/python -m pytest -ra "$@"
+.venv/bin/python -m pytest -ra --durations=25 "$@"   # the 25 slowest: where the run's time goes
 rc=$?
 if [ $rc -eq 5 ]; then echo "no tests were collected"; exit 0; fi
 exit $rc

@@ -5,6 +5,7 @@ calls, so no package is installed and no daemon started."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -89,3 +90,35 @@ def test_the_plugin_is_preferred_where_packaged(apt):
     out = _bash(apt, '_compose_install; echo "rc=$?"')
     assert out.stdout.splitlines()[-1] == "rc=0", out.stdout + out.stderr
     assert _apt_get_calls(apt) == ["install -y -q --no-install-recommends docker-compose-plugin"]
+
+
+def _bash_alone(apt: Path, docker_rc: int, script: str) -> subprocess.CompletedProcess:
+    """`_bash` with nothing of this machine's docker on PATH: the stubs, a `docker` that exits with
+    ``docker_rc`` (0: a daemon and compose answer), and the tools the stubs and the script run."""
+    alone = apt / "alone"
+    alone.mkdir()
+    for stub in (apt / "bin").iterdir():
+        (alone / stub.name).symlink_to(stub)
+    for tool in ("cat", "timeout", "touch"):
+        (alone / tool).symlink_to(shutil.which(tool))
+    (alone / "docker").write_text(f"#!/bin/bash\nexit {docker_rc}\n")
+    (alone / "docker").chmod(0o755)
+    return subprocess.run(["/bin/bash", "-c", f"set -uo pipefail\n. {SCRIPT}\n{script}"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": str(alone)})
+
+
+def test_docker_install_installs_what_is_missing_and_starts_nothing(apt):
+    (apt / "known-after-update" / "docker-compose").write_text("1.29.2-3")
+    (apt / "known-after-update" / "docker.io").write_text("20.10.24+dfsg1-1+deb12u1+b6")
+    out = _bash_alone(apt, 1, 'docker_install; echo "rc=$? host=${DOCKER_HOST:-none}"')
+    assert out.stdout.splitlines()[-1] == "rc=0 host=none", out.stdout + out.stderr
+    assert _apt_get_calls(apt) == ["update -q",
+                                   "install -y -q --no-install-recommends docker-compose",
+                                   "install -y -q --no-install-recommends docker.io"]
+
+
+def test_docker_install_leaves_an_answering_daemon_and_compose_alone(apt):
+    out = _bash_alone(apt, 0, 'docker_install; echo "rc=$?"')
+    assert out.stdout.splitlines()[-1] == "rc=0", out.stdout + out.stderr
+    assert _apt_get_calls(apt) == []
