@@ -20,7 +20,9 @@ def _edit(path, **updates):
 
 
 def test_slo_constrained_study_with_screening(tmp_path, studies, vllm_bin, tiny_model_path):
-    space = small_space(tmp_path, num_prompts=24, n_trials=4, name="slo")
+    # Three trials: the defaults (the first screen: it runs in full), the refused probe, and one
+    # search trial screened against the defaults.
+    space = small_space(tmp_path, num_prompts=24, n_trials=3, name="slo")
     # An SLO nothing can meet on 2 cores marks served trials infeasible ("slo-violated"), and
     # screening with margin 0 stops every later trial whose screen is not the best so far.
     _edit(space, objective={"metric": "total_token_throughput", "slos": {"p99_ttft_ms": 1.0}},
@@ -47,7 +49,7 @@ def test_slo_constrained_study_with_screening(tmp_path, studies, vllm_bin, tiny_
 
 
 def test_multi_objective_study_lists_a_pareto_front(tmp_path, studies, vllm_bin, tiny_model_path):
-    space = small_space(tmp_path, num_prompts=16, n_trials=3, name="pareto",
+    space = small_space(tmp_path, num_prompts=16, n_trials=2, name="pareto",
                         baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
     _edit(space, objective={"metrics": [
         {"metric": "total_token_throughput", "direction": "maximize"},
