@@ -21,7 +21,8 @@ TUNE = os.path.join(os.path.dirname(sys.executable), "tune")
 
 
 def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_path):
-    space = small_space(tmp_path, num_prompts=8, n_trials=6, name="shared")
+    # As many trials as workers: every worker asks at once, so each ask races the other three.
+    space = small_space(tmp_path, num_prompts=8, n_trials=4, name="shared")
     with postgres.cluster() as pg:
         url = pg.url
         workers = [subprocess.Popen([TUNE, "start", "--space", str(space), "--study", "shared",
@@ -38,7 +39,7 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
     # the budget before asking for a trial, so at most workers-1 extra launches can start near
     # the end.
     launched = [t for t in finished if schema.launched(t)]
-    assert 6 <= len(launched) <= 9, [(t.number, t.state) for t in trials]
+    assert 4 <= len(launched) <= 7, [(t.number, t.state) for t in trials]
     assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING,
                                                  optuna.trial.TrialState.WAITING)]
     arms = Counter(t.user_attrs.get("arm") for t in finished)
@@ -51,7 +52,7 @@ def test_four_workers_share_one_study(tmp_path, studies, vllm_bin, tiny_model_pa
 def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_model_path):
     from tests.helpers import wait_for
     from tuner.runtime import orphans
-    space = small_space(tmp_path, num_prompts=400, n_trials=2, name="outage",
+    space = small_space(tmp_path, num_prompts=400, n_trials=1, name="outage",
                         baselines=[{"name": "vllm-defaults", "engine": "vllm"}])
     with postgres.cluster() as pg:
         tune = subprocess.Popen([TUNE, "start", "--space", str(space), "--storage", pg.url],
@@ -73,5 +74,4 @@ def test_storage_outage_mid_study_then_resume(tmp_path, studies, vllm_bin, tiny_
         study = optuna.load_study(study_name="outage", storage=pg.url)
         complete = [t for t in study.trials
                     if t.state == optuna.trial.TrialState.COMPLETE and schema.launched(t)]
-        assert len(complete) == 2
-        assert any(t.user_attrs.get("retry_of") == 0 for t in complete)
+        assert [t.user_attrs.get("retry_of") for t in complete] == [0]  # the budget: its retry
