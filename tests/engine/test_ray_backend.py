@@ -23,9 +23,10 @@ TUNE = os.path.join(os.path.dirname(sys.executable), "tune")
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
-    """`ray start --head` with two logical GPUs on loopback; stopped after the test."""
+    """`ray start --head` with two logical GPUs on loopback, shared by this module's tests (each
+    one's trials end before it does); stopped after the last."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's unix sockets live under it
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
