@@ -45,6 +45,16 @@ def tiny_model_path() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def transformers_model(tiny_model_path, transformers_bin, tmp_path_factory) -> Path:
+    """The tiny model with seeded random weights saved by transformers' own python: transformers
+    serve loads real weights. Session-scoped: one torch start-up for every test that serves it."""
+    from tests.helpers import seeded_weights_copy
+
+    return seeded_weights_copy(tiny_model_path, transformers_bin.parent / "python",
+                               tmp_path_factory.mktemp("transformers-model"))
+
+
 @pytest.fixture
 def studies(tmp_path, monkeypatch) -> Path:
     """Each test gets its own studies/ folder, for the CLI subprocesses too."""

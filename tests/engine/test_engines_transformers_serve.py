@@ -4,12 +4,10 @@ engines/transformers.yaml and answers a streamed /v1/completions request built l
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import seeded_weights_copy
 from tuner.bench.config import BenchConfig
 from tuner.bench.request import build_payload
 from tuner.configs.translate import build_plan
@@ -22,16 +20,10 @@ from tuner.trial.runner import bench_config
 
 pytestmark = pytest.mark.engine
 
-@pytest.fixture(scope="module")
-def weighted_model(tiny_model_path, transformers_bin, tmp_path_factory) -> Path:
-    """The tiny model with random weights saved: transformers serve loads real weights."""
-    return seeded_weights_copy(tiny_model_path, transformers_bin.parent / "python",
-                               tmp_path_factory.mktemp("model"))
 
-
-def test_transformers_serve_starts_and_streams(weighted_model, tmp_path):
+def test_transformers_serve_starts_and_streams(transformers_model, tmp_path):
     space = load_space("cpu-transformers")
-    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(weighted_model)})})
+    space = space.model_copy(update={"model": space.model.model_copy(update={"path": str(transformers_model)})})
     spec = load_engine("transformers")
     knobs = {"continuous_batching": True, "cb_max_batch_tokens": 256, "cb_num_blocks": 16,
              "cb_block_size": 64, "attn_implementation": "sdpa", "dtype": "float32"}

@@ -4,12 +4,9 @@ and says why the logprob metrics are not measured; a repeat on the same server i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
-from tests.helpers import seeded_weights_copy
 from tuner.configs.translate import build_plan
 from tuner.engines.spec import load_engine
 from tuner.paths import SPACES_DIR
@@ -20,16 +17,11 @@ from tuner.trial.quality import CANDIDATE, REFERENCE, ProbeTask, probe
 
 pytestmark = pytest.mark.engine
 
-@pytest.fixture(scope="module")
-def weighted_model(tiny_model_path, transformers_bin, tmp_path_factory) -> Path:
-    return seeded_weights_copy(tiny_model_path, transformers_bin.parent / "python",
-                               tmp_path_factory.mktemp("model"))
 
-
-def test_transformers_probe_compares_tokens_and_its_repeat_is_the_noise_floor(weighted_model,
+def test_transformers_probe_compares_tokens_and_its_repeat_is_the_noise_floor(transformers_model,
                                                                                tmp_path):
     data = yaml.safe_load((SPACES_DIR / "cpu-transformers.yaml").read_text())
-    data["model"]["path"] = str(weighted_model)
+    data["model"]["path"] = str(transformers_model)
     data["quality"] = {"prompts": 8, "max_tokens": 8, "concurrency": 8, "max_token_mismatch": 0.05}
     space = space_from_dict(data)
     spec = load_engine("transformers")
