@@ -22,9 +22,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Bind test without SO_REUSEPORT: vLLM 0.11 sets it, so a second server would not fail."""
+def port_is_free(port: int, host: str = "127.0.0.1", *, reuse_addr: bool = False) -> bool:
+    """Bind test without SO_REUSEPORT: vLLM 0.11 sets it, so a second server would not fail.
+
+    ``reuse_addr``: bind as the engines' servers do (uvicorn and vLLM set SO_REUSEADDR), so that the
+    port counts as free while only closed connections linger on it (TIME_WAIT, 60 s on Linux after
+    a server closes them); a socket still listening keeps it taken either way."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if reuse_addr:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
