@@ -136,8 +136,7 @@ class RecordingProxy:
                 pass
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
-        back = asyncio.create_task(self._pipe(up_reader, writer))
+        up_writer, back = None, None
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -146,13 +145,22 @@ class RecordingProxy:
                 body = await reader.readexactly(length)
                 if body:
                     self.bodies.append(json.loads(body))
+                # The server closes a connection idle for its keep-alive timeout (uvicorn's 5 s)
+                # while the client keeps its own end to the proxy open: the next request then goes
+                # on a new connection to the server, as the client would open without the proxy.
+                if back is None or back.done():
+                    if up_writer is not None:
+                        up_writer.close()
+                    up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
+                    back = asyncio.create_task(self._pipe(up_reader, writer))
                 up_writer.write(head + body)
                 await up_writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
-            up_writer.close()
-            await back
+            if up_writer is not None:
+                up_writer.close()
+                await back
             writer.close()
 
     @staticmethod
