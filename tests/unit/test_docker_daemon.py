@@ -93,8 +93,9 @@ def test_the_plugin_is_preferred_where_packaged(apt):
 
 
 def _bash_alone(apt: Path, docker_rc: int, script: str) -> subprocess.CompletedProcess:
-    """`_bash` with nothing of this machine's docker on PATH: the stubs, a `docker` that exits with
-    ``docker_rc`` (0: a daemon and compose answer), and the tools the stubs and the script run."""
+    """`_bash` with nothing of this machine's docker on PATH or in DOCKER_HOST (test.sh exports the
+    daemon it started): the stubs, a `docker` that exits with ``docker_rc`` (0: a daemon and
+    compose answer), and the tools the stubs and the script run."""
     alone = apt / "alone"
     alone.mkdir()
     for stub in (apt / "bin").iterdir():
@@ -105,7 +106,8 @@ def _bash_alone(apt: Path, docker_rc: int, script: str) -> subprocess.CompletedP
     (alone / "docker").chmod(0o755)
     return subprocess.run(["/bin/bash", "-c", f"set -uo pipefail\n. {SCRIPT}\n{script}"],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": str(alone)})
+                          env={**{k: v for k, v in os.environ.items() if k != "DOCKER_HOST"},
+                               "PATH": str(alone)})
 
 
 def test_docker_install_installs_what_is_missing_and_starts_nothing(apt):
