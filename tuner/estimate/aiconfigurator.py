@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.estimate.base import Estimate, EstimateRequest, register
+from tuner.estimate.base import CachedEstimator, Estimate, EstimateRequest, register
 from tuner.yaml_io import load_model
 
 PACKAGE = "aiconfigurator-core"
@@ -167,21 +167,12 @@ def _aic() -> dict[str, Any]:
 
 
 @register("aiconfigurator")
-class AIConfiguratorEstimator:
+class AIConfiguratorEstimator(CachedEstimator):
     """Estimates from AIC's measured kernel data only (its SILICON mode)."""
 
     name = "aiconfigurator"
     modelled = MODELLED  # knobs it predicts the effect of; others only at neutral or default values
     database_mode = "SILICON"
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple, Estimate] = {}
-
-    def estimate(self, req: EstimateRequest) -> Estimate:
-        key = req.key()
-        if key not in self._cache:
-            self._cache[key] = self._estimate(req)
-        return self._cache[key]
 
     def _estimate(self, req: EstimateRequest) -> Estimate:
         try:

@@ -61,7 +61,7 @@ from tuner.estimate.aiconfigurator import (
     _local_dir,
     _Unsupported,
 )
-from tuner.estimate.base import Estimate, EstimateRequest, register
+from tuner.estimate.base import CachedEstimator, Estimate, EstimateRequest, register
 
 PACKAGE = "aisimulate"
 INSTALL_HINT = "pip install 'tuner[simulate]' (needs https://pypi.nvidia.com)"
@@ -268,21 +268,12 @@ def _installed_version() -> str | None:
 
 
 @register("aisimulate")
-class AISimulateEstimator:
+class AISimulateEstimator(CachedEstimator):
     """Simulated serving at the request's concurrency, with AISimulate's default (op-level)
     timing from measured kernel data."""
 
     name = "aisimulate"
     modelled = MODELLED
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple, Estimate] = {}
-
-    def estimate(self, req: EstimateRequest) -> Estimate:
-        key = req.key()
-        if key not in self._cache:
-            self._cache[key] = self._estimate(req)
-        return self._cache[key]
 
     def _estimate(self, req: EstimateRequest) -> Estimate:
         version = _installed_version()

@@ -98,6 +98,24 @@ class Estimator(Protocol):
     def estimate(self, req: EstimateRequest) -> Estimate: ...
 
 
+class CachedEstimator:
+    """An estimator that answers each distinct request once: a study asks the same config again
+    (the prior, the gap, the plan), and one answer can cost a database load or a simulation.
+    Subclasses implement ``_estimate``."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, Estimate] = {}
+
+    def estimate(self, req: EstimateRequest) -> Estimate:
+        key = req.key()
+        if key not in self._cache:
+            self._cache[key] = self._estimate(req)
+        return self._cache[key]
+
+    def _estimate(self, req: EstimateRequest) -> Estimate:
+        raise NotImplementedError
+
+
 ESTIMATORS: Registry[Callable[[], Estimator]] = Registry("estimator")
 register = ESTIMATORS.register  # class or factory decorator: ``@register("aiconfigurator")``
 
