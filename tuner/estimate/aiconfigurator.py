@@ -205,16 +205,23 @@ class AIConfiguratorHybridEstimator(AIConfiguratorEstimator):
     database_mode = "HYBRID"
 
 
-def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
-    """Map the request onto AIC's inputs, or say which part AIC cannot take."""
+def _system(req: EstimateRequest, tool: str) -> str:
+    """The AIC system name (shared by AISimulate) for the request's engine and GPU, or why
+    ``tool`` cannot model them."""
     if req.engine not in BACKENDS:
-        raise _Unsupported(f"AIConfigurator models {', '.join(BACKENDS)}, not {req.engine!r}")
+        raise _Unsupported(f"{tool} models {', '.join(BACKENDS)}, not {req.engine!r}")
     if req.gpu in _NO_SYSTEM:
         raise _Unsupported(_NO_SYSTEM[req.gpu])
     system = SYSTEMS.get(req.gpu)
     if system is None:
-        raise _Unsupported(f"no AIConfigurator system for GPU {req.gpu!r}; it covers the tuner "
+        raise _Unsupported(f"no {tool} system for GPU {req.gpu!r}; it covers the tuner "
                            f"GPUs {', '.join(sorted(SYSTEMS))}")
+    return system
+
+
+def _plan(req: EstimateRequest, aic: dict[str, Any]) -> _Plan:
+    """Map the request onto AIC's inputs, or say which part AIC cannot take."""
+    system = _system(req, "AIConfigurator")
     versions = aic["supported"].get(system, {}).get(req.engine, [])
     if not versions:
         raise _Unsupported(f"AIConfigurator has no {req.engine} performance data for {system}")

@@ -50,15 +50,13 @@ from typing import Any
 import yaml
 
 from tuner.estimate.aiconfigurator import (
-    _NO_SYSTEM,
-    BACKENDS,
     MODELLED,
-    SYSTEMS,
     _check_knobs,
     _engine_defaults,
     _gemm_mode,
     _kv_mode,
     _local_dir,
+    _system,
     _Unsupported,
 )
 from tuner.estimate.base import CachedEstimator, Estimate, EstimateRequest, register
@@ -108,14 +106,7 @@ def simulation_config(req: EstimateRequest, package_dir: Path) -> Simulation:
     ``parallelism.tensor``) and section 11 (``traffic.source``, ``load``, ``stop``).
     Raises ``_Unsupported`` where there is no mapping.
     """
-    if req.engine not in BACKENDS:
-        raise _Unsupported(f"AISimulate models {', '.join(BACKENDS)}, not {req.engine!r}")
-    if req.gpu in _NO_SYSTEM:
-        raise _Unsupported(_NO_SYSTEM[req.gpu])
-    system = SYSTEMS.get(req.gpu)
-    if system is None:
-        raise _Unsupported(f"no AISimulate system for GPU {req.gpu!r}; it covers the tuner GPUs "
-                           f"{', '.join(sorted(SYSTEMS))}")
+    system = _system(req, "AISimulate")
     _check_knobs(req)
     gpu = _system_spec(package_dir, system).get("gpu") or {}
     try:
