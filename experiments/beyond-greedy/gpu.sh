@@ -93,8 +93,8 @@ start)
 queue)   # start's background part, in a session of its own so that it outlives the call
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
-    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one machine's
-                                   # 30 minutes; the arms measured the engines' defaults once each
+    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit 30 minutes of
+                                   # GPU time; the arms measured the engines' defaults once each
       stamp "step judge"
       if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
         verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 --no-defaults); fi
