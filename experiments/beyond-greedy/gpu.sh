@@ -30,14 +30,19 @@ export_all() {
     "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz" >/dev/null 2>&1 || stamp "export of $study failed"
   done
   cp "$STATE/queue.log" "$OUT/" 2>/dev/null
-  # The engines' kernel and compile caches, so that the next machine's first launches hit them
-  # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes); kept only
-  # while they fit one returned file (16 MiB).
-  if [ -d "$TUNER_CACHE/engine-caches" ]; then
-    tar czf "$STATE/engine-caches.tar.gz" -C "$TUNER_CACHE" engine-caches 2>/dev/null
-    [ "$(stat -c %s "$STATE/engine-caches.tar.gz")" -lt 16777216 ] && cp "$STATE/engine-caches.tar.gz" "$OUT/"
-  fi
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"
+  # The engines' kernel and compile caches, so that the next machine's first launches hit them
+  # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes, vLLM's
+  # DeepGEMM warm-up for an FP8 checkpoint JIT-compiles for minutes), in 15 MiB parts: a call
+  # returns at most 8 files of 16 MiB, so the parts take the places the other files leave.
+  if [ -d "$TUNER_CACHE/engine-caches" ]; then
+    rm -f "$STATE"/engine-caches.part*
+    tar czf - -C "$TUNER_CACHE" engine-caches 2>/dev/null | split -b 15M -d - "$STATE/engine-caches.part"
+    parts=("$STATE"/engine-caches.part*)
+    room=$(( 8 - $(ls "$OUT" | grep -vc '^engine-caches') ))
+    if [ "${#parts[@]}" -le "$room" ]; then cp "${parts[@]}" "$OUT/"
+    else stamp "engine caches: ${#parts[@]} parts of 15 MiB, room for $room: not returned"; fi
+  fi
   ls -la "$OUT"
 }
 
@@ -75,11 +80,11 @@ start)
   [ -f "$TUNER_CACHE/sharegpt-2000.json" ] || python3 scripts/make_sharegpt.py --n 2000 \
     --out "$TUNER_CACHE/sharegpt-2000.json" || exit 1
   wait
-  if [ -f "$CARRIED/engine-caches.tar.gz" ] && [ ! -d "$TUNER_CACHE/engine-caches" ]; then
-    tar xzf "$CARRIED/engine-caches.tar.gz" -C "$TUNER_CACHE"
+  if [ -f "$CARRIED/engine-caches.part00" ] && [ ! -d "$TUNER_CACHE/engine-caches" ]; then
+    cat "$CARRIED"/engine-caches.part* | tar xzf - -C "$TUNER_CACHE"
   fi
   for archive in "$CARRIED"/*.tar.gz; do
-    [ -f "$archive" ] && [ "$(basename "$archive")" != engine-caches.tar.gz ] || continue
+    [ -f "$archive" ] || continue
     study=$(basename "$archive" .tar.gz)
     [ -f "$TUNER_STUDIES_DIR/$study.db" ] || "${TUNE[@]}" import "$archive" || exit 1
   done
