@@ -44,11 +44,12 @@ def judge_command(
         raise InputError(f"judge study {name!r} does not exist in {where}: name the picks to create it")
     else:
         handle = load(name, where)
-    print_verdict(handle.study)
+    print_verdict(handle.study, storage)
 
 
-def print_verdict(study) -> None:  # noqa: ANN001 - an Optuna study
-    """One line per entrant, then one per pair; the interval method is said once."""
+def print_verdict(study, storage: Optional[str] = None) -> None:  # noqa: ANN001 - an Optuna study
+    """One line per entrant, then one per pair, then what each pick's search spent; the interval
+    method is said once."""
     console.print(f"{study.study_name}: {METHOD}", highlight=False)
     rows = verdict.standings(study)
     for r in rows:
@@ -59,6 +60,19 @@ def print_verdict(study) -> None:  # noqa: ANN001 - an Optuna study
                       f"refused {r.refused}, {r.seconds / 60:.1f} GPU min", highlight=False, soft_wrap=True)
     for pick, base, c in verdict.head_to_head(rows):
         console.print(f"  {pick.label} vs {base.label}: {c.describe()}", highlight=False, soft_wrap=True)
+    for r in rows:
+        if (origin := verdict.origin_of(r)) is None:
+            continue
+        name, trial = origin
+        if name not in study_names(url(storage, name)):
+            console.print(f"  {r.label}'s search: study {name!r} is not in this storage (`tune import` it "
+                          f"to see what it spent)", highlight=False, soft_wrap=True)
+            continue
+        cost = verdict.search_cost(load(name, url(storage, name)).study, trial)
+        found = f"its pick was launch {cost.found_at}" if cost.found_at else "its pick was not launched by it"
+        console.print(f"  {r.label}'s search ({name}): {cost.launches} launches, {cost.gpu_minutes:.1f} GPU min, "
+                      f"{cost.refused} refused by the engine, {cost.ruled_out} ruled out before a launch; "
+                      f"{found}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,5 @@
 """The verdict of ``tune judge`` (tuner.study.judge): each entrant's launches with the interval of
-their geometric mean, and each pick against the others."""
+their geometric mean, each pick against the others, and what each pick's search spent to find it."""
 
 from __future__ import annotations
 
@@ -62,3 +62,37 @@ def head_to_head(rows: list[Standing]) -> list[tuple[Standing, Standing, Change]
     defaults = [r for r in rows if r.label.endswith(DEFAULTS_SUFFIX)]
     return [(pick, base, change(base.values, pick.values))
             for i, pick in enumerate(picks) for base in picks[i + 1:] + defaults]
+
+
+@dataclass(frozen=True)
+class SearchCost:
+    """What a search spent: a pick is worth as much as the launches it took to find it."""
+
+    study: str
+    launches: int          # trials that started an engine
+    refused: int           # of those, launches the engine refused (it did not start)
+    ruled_out: int         # configs refused before a launch (known infeasible), no GPU time
+    gpu_minutes: float     # the launched trials' wall time: launch, benchmark, teardown
+    found_at: int | None   # the launch (1-based) that measured the pick; None if not launched
+
+
+def search_cost(study: optuna.Study, pick_trial: int) -> SearchCost:
+    """The cost of ``study``'s search up to its end, and at which launch it measured trial
+    ``pick_trial`` (the pick the judge names as ``<study>#<trial>``)."""
+    trials = [t for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+              if t.state in (TrialState.COMPLETE, TrialState.FAIL) or schema.PRUNED_RULE in t.user_attrs]
+    launched = [t for t in trials if schema.launched(t)]
+    order = [t.number for t in launched]
+    return SearchCost(
+        study=study.study_name,
+        launches=len(launched),
+        refused=sum(1 for t in launched if schema.status(t) == "infeasible"),
+        ruled_out=sum(1 for t in trials if schema.PRUNED_RULE in t.user_attrs),
+        gpu_minutes=sum(_seconds(t) for t in launched) / 60,
+        found_at=order.index(pick_trial) + 1 if pick_trial in order else None)
+
+
+def origin_of(row: Standing) -> tuple[str, int] | None:
+    """The study and trial a pick came from (``<study>#<trial>``); None for an engine's defaults."""
+    study, sep, number = row.origin.rpartition("#")
+    return (study, int(number)) if sep and number.isdigit() else None

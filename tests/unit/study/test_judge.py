@@ -3,6 +3,7 @@ a study of their own, and the verdict read from its launches (synthetic studies,
 
 from __future__ import annotations
 
+import datetime
 import math
 
 import optuna
@@ -97,3 +98,27 @@ def test_bad_picks_exit_2_and_create_nothing(searches, args, message):
     assert r.exit_code == 2, r.output
     assert message in r.output
     assert not (searches / "j.db").exists() and not (searches / "nothing.db").exists()
+
+
+def test_the_verdict_says_what_each_pick_s_search_spent(searches):
+    start = datetime.datetime(2026, 1, 1)
+    launches = [ok_trial(55.0, {"max_num_seqs": 32, **CHUNKED}),
+                refused_trial({"max_num_seqs": 64, **CHUNKED}, "oom", "CUDA out of memory"),
+                refused_trial({"max_num_seqs": 128, **CHUNKED}, "oom", "known to run out of memory"),
+                ok_trial(65.0, {"max_num_seqs": 8, **CHUNKED})]
+    launches[2].user_attrs[schema.PRUNED_RULE] = "oom-above"
+    for i, t in enumerate(launches):   # 2, 3, (none: ruled out), 5 minutes
+        t.datetime_start = start
+        t.datetime_complete = start + datetime.timedelta(minutes=(0 if i == 2 else i + 2))
+    stored_study(searches, "found", launches)
+    cost = verdict.search_cost(load("found", f"sqlite:///{searches}/found.db").study, 3)
+    assert cost == verdict.SearchCost("found", launches=3, refused=1, ruled_out=1, gpu_minutes=10.0, found_at=3)
+
+    stored_study(searches, "judged", [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, "tpe", judged="found#3")
+                                      for v in (64.0, 65.0, 66.0)]
+                 + [ok_trial(50.0, {"max_num_seqs": 8, **CHUNKED}, "gone", judged="elsewhere#0")])
+    r = runner.invoke(app, ["judge", "judged"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert ("tpe's search (found): 3 launches, 10.0 GPU min, 1 refused by the engine, "
+            "1 ruled out before a launch; its pick was launch 3") in r.output
+    assert "gone's search: study 'elsewhere' is not in this storage" in r.output
