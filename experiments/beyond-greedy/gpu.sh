@@ -10,7 +10,8 @@
 #                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` on the
 #                   imported arms
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
-#   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export
+#   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export, and
+#                   the engines' caches in parts (engine-caches.partNN) for the next machine
 # Every phase leaves `tune export` of each study in $OUT, so a call cut short still returns data.
 set -uo pipefail
 PHASE="${1:?phase: stage|start|poll|finish}"
@@ -34,8 +35,9 @@ export_all() {
   # The engines' kernel and compile caches, so that the next machine's first launches hit them
   # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes, vLLM's
   # DeepGEMM warm-up for an FP8 checkpoint JIT-compiles for minutes), in 15 MiB parts: a call
-  # returns at most 8 files of 16 MiB, so the parts take the places the other files leave.
-  if [ -d "$TUNER_CACHE/engine-caches" ]; then
+  # returns at most 8 files of 16 MiB, so the parts take the places the other files leave. Only
+  # once no step runs: compressing them beside a benchmark would take CPU from its client.
+  if [ -d "$TUNER_CACHE/engine-caches" ] && ! alive; then
     rm -f "$STATE"/engine-caches.part*
     tar czf - -C "$TUNER_CACHE" engine-caches 2>/dev/null | split -b 15M -d - "$STATE/engine-caches.part"
     parts=("$STATE"/engine-caches.part*)
