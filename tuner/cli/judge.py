@@ -64,11 +64,12 @@ def print_verdict(study, storage: Optional[str] = None) -> None:  # noqa: ANN001
         if (origin := verdict.origin_of(r)) is None:
             continue
         name, trial = origin
-        if name not in study_names(url(storage, name)):
+        where = url(storage, name)
+        if name not in study_names(where):
             console.print(f"  {r.label}'s search: study {name!r} is not in this storage (`tune import` it "
                           f"to see what it spent)", highlight=False, soft_wrap=True)
             continue
-        cost = verdict.search_cost(load(name, url(storage, name)).study, trial)
+        cost = verdict.search_cost(load(name, where).study, trial)
         found = f"its pick was launch {cost.found_at}" if cost.found_at else "its pick was not launched by it"
         console.print(f"  {r.label}'s search ({name}): {cost.launches} launches, {cost.gpu_minutes:.1f} GPU min, "
                       f"{cost.refused} refused by the engine, {cost.ruled_out} ruled out before a launch; "

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.record import schema
 from tuner.report.stats import Change, Interval, change, log_t_interval
 from tuner.study.judge import DEFAULTS_SUFFIX
+from tuner.study.lifecycle import FINISHED, trials_table
 
 
 @dataclass
@@ -78,17 +79,17 @@ class SearchCost:
 
 def search_cost(study: optuna.Study, pick_trial: int) -> SearchCost:
     """The cost of ``study``'s search up to its end, and at which launch it measured trial
-    ``pick_trial`` (the pick the judge names as ``<study>#<trial>``)."""
-    trials = [t for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-              if t.state in (TrialState.COMPLETE, TrialState.FAIL) or schema.PRUNED_RULE in t.user_attrs]
-    launched = [t for t in trials if schema.launched(t)]
-    order = [t.number for t in launched]
+    ``pick_trial`` (the pick the judge names as ``<study>#<trial>``). Launches are those its budget
+    counts (``finished_count``); GPU minutes also hold launches cut short, which used the GPU."""
+    trials = trials_table(study)
+    counted = [t for t in trials if t.state in FINISHED and schema.launched(t)]
+    order = [t.number for t in counted]
     return SearchCost(
         study=study.study_name,
-        launches=len(launched),
-        refused=sum(1 for t in launched if schema.status(t) == "infeasible"),
+        launches=len(counted),
+        refused=sum(1 for t in counted if schema.status(t) == "infeasible"),
         ruled_out=sum(1 for t in trials if schema.PRUNED_RULE in t.user_attrs),
-        gpu_minutes=sum(_seconds(t) for t in launched) / 60,
+        gpu_minutes=sum(_seconds(t) for t in trials if schema.launched(t)) / 60,
         found_at=order.index(pick_trial) + 1 if pick_trial in order else None)
 
 

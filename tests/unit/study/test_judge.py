@@ -113,6 +113,14 @@ def test_the_verdict_says_what_each_pick_s_search_spent(searches):
     stored_study(searches, "found", launches)
     cost = verdict.search_cost(load("found", f"sqlite:///{searches}/found.db").study, 3)
     assert cost == verdict.SearchCost("found", launches=3, refused=1, ruled_out=1, gpu_minutes=10.0, found_at=3)
+    # A launch stopped after the screen (multi-fidelity) used the budget and the GPU too.
+    screened = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, params={"max_num_seqs": 16, **CHUNKED},
+                                         distributions=launches[0].distributions,
+                                         user_attrs={schema.FIDELITY: schema.SCREEN})
+    screened.datetime_start, screened.datetime_complete = start, start + datetime.timedelta(minutes=1)
+    stored_study(searches, "screened", [screened, launches[3]])
+    cost = verdict.search_cost(load("screened", f"sqlite:///{searches}/screened.db").study, 1)
+    assert (cost.launches, cost.gpu_minutes, cost.found_at) == (2, 6.0, 2)
 
     stored_study(searches, "judged", [ok_trial(v, {"max_num_seqs": 8, **CHUNKED}, "tpe", judged="found#3")
                                       for v in (64.0, 65.0, 66.0)]
