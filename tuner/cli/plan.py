@@ -80,7 +80,7 @@ def render(report: PlanReport, console: Console) -> None:
     if o.max_load is not None:
         slos = ", ".join(f"{k} <= {v:g}" for k, v in o.slos.items())
         goal = (f"the highest {o.max_load.knob} within {slos} ({o.max_load.low:g}..{o.max_load.high:g}, "
-                f"{o.max_load.probes} probes a workload"
+                f"{o.max_load.probes} loads, each run on every workload until one misses"
                 + (f", each offered for {o.max_load.duration_s:g} s" if o.max_load.duration_s else "") + ")")
     else:
         goal = " and ".join(f"{t.direction} {t.metric}" for t in o.targets())

@@ -10,6 +10,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +33,7 @@ from tuner.runtime.procgroup import free_port
 from tuner.space import MaxLoad, Scalar, Space, Workload
 from tuner.trial import lm_eval
 from tuner.trial.launch_phases import breakdown
-from tuner.trial.load_search import describe, find_max_load
+from tuner.trial.load_search import EveryWorkload, Probe, describe, find_max_load
 from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
 from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use, gpu_memory_released
 
@@ -246,42 +247,45 @@ def _quality(space: Space, plan: LaunchPlan, server: Server, task: ProbeTask, tr
 
 def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: Path,
                      outcome: TrialOutcome) -> None:
-    """Benchmark each workload at several loads on this server. A workload's best load that met
-    the SLOs, divided by its ``load_scale``, is the load it sustains; the ``max_load`` metric is
-    the lowest of these (the load every workload sustains), next to the metrics measured there."""
+    """Search, on this server, the highest load at which every workload, each at its share
+    (``load_scale``), meets the SLOs (``load_search`` says how). The ``max_load`` metric is that
+    load, in the first workload's units, next to the metrics of the workload that caps it,
+    measured there; each workload's metrics are those of its run at that load."""
     ml = space.objective.max_load
     integer = ml.knob == "max_concurrency"
-    sustained: dict[str, float] = {}
-    outcome.load_curve = []
+    workloads = {w.name: w for w in space.all_workloads()}
     runs = 0
-    for workload in space.all_workloads():
-        def measure(load: float, workload: Workload = workload) -> dict:
-            nonlocal runs
-            if runs:  # every run from the same, empty prefix cache, as the first one
-                reset_prefix_cache(server)
-            runs += 1
-            w = workload.model_copy(update={ml.knob: int(load) if integer else load,
-                                            "name": f"{workload.name}-{ml.knob}-{load:g}",
-                                            "num_prompts": probe_prompts(workload, load, ml)})
-            result = run_benchmark(bench_config(space, w, plan, server.base_url))
-            _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
-            outcome.client_saturated |= result.client_saturated
-            return dict(result.metrics)
 
-        scale = workload.load_scale
-        best, curve = find_max_load(measure, low=ml.low * scale, high=ml.high * scale,
-                                    probes=ml.probes, slos=space.objective.slos, integer=integer)
-        at_best = next((p.metrics for p in reversed(curve) if p.met and p.load == best),
-                       curve[0].metrics)
-        outcome.workload_metrics[workload.name] = {**at_best, "max_load": best}
-        outcome.load_curve += [{"workload": workload.name, **p}
-                               for p in describe(curve, space.objective.slos)]
-        sustained[workload.name] = best / scale
-        outcome.result_path = trial_dir / f"bench-{workload.name}-{ml.knob}-{curve[-1].load:g}.json"
-        if not server.alive():
-            break
-    limiting = min(sustained, key=sustained.__getitem__)
-    outcome.metrics = {**outcome.workload_metrics[limiting], "max_load": sustained[limiting]}
+    def measure(workload: Workload, load: float) -> dict:
+        nonlocal runs
+        if runs:  # every run from the same, empty prefix cache, as the first one
+            reset_prefix_cache(server)
+        runs += 1
+        w = workload.model_copy(update={ml.knob: int(load) if integer else load,
+                                        "name": f"{workload.name}-{ml.knob}-{load:g}",
+                                        "num_prompts": probe_prompts(workload, load, ml)})
+        result = run_benchmark(bench_config(space, w, plan, server.base_url))
+        _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
+        outcome.client_saturated |= result.client_saturated
+        return dict(result.metrics)
+
+    probe = EveryWorkload({name: partial(measure, w) for name, w in workloads.items()},
+                          {name: w.load_scale for name, w in workloads.items()},
+                          space.objective.slos, integer=integer)
+    best, _ = find_max_load(probe, low=ml.low, high=ml.high, probes=ml.probes,
+                            slos=space.objective.slos, integer=integer, keep_going=server.alive)
+    at_best: dict[str, Probe] = {}
+    for name, p in probe.runs:  # each workload's run at the best load, else its last run
+        if not (name in at_best and at_best[name].met and at_best[name].load == probe.share(name, best)):
+            at_best[name] = p
+    for name, p in at_best.items():
+        outcome.workload_metrics[name] = {**p.metrics,
+                                          "max_load": probe.share(name, best) if best else 0.0}
+    outcome.load_curve = [{"workload": name, **describe([p], space.objective.slos)[0]}
+                          for name, p in probe.runs]
+    limiting = probe.limiting(best)
+    outcome.result_path = trial_dir / f"bench-{limiting}-{ml.knob}-{at_best[limiting].load:g}.json"
+    outcome.metrics = {**outcome.workload_metrics[limiting], "max_load": best}
 
 
 def probe_prompts(workload: Workload, load: float, ml: MaxLoad) -> int:

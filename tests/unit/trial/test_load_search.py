@@ -4,7 +4,7 @@ import pytest
 
 from tuner.errors import InputError
 from tuner.space import space_from_dict
-from tuner.trial.load_search import find_max_load
+from tuner.trial.load_search import EveryWorkload, find_max_load
 
 
 def server(capacity: float):
@@ -69,8 +69,10 @@ def _two_workload_space(**objective):
 
 
 def test_several_workloads_the_load_every_one_sustains(monkeypatch, tmp_path):
-    """Each workload is searched at its own share of the load (``load_scale``); the trial's
-    max_load is the lowest load any workload sustains, in the first workload's units."""
+    """One search over the load at which every workload, each at its share (``load_scale``),
+    meets the SLOs: the lowest load any workload sustains, in the first workload's units. A
+    workload is never run above a load another has already failed, and the one that missed last
+    runs first."""
     from types import SimpleNamespace
 
     from tuner.trial import runner
@@ -93,12 +95,56 @@ def test_several_workloads_the_load_every_one_sustains(monkeypatch, tmp_path):
     server = SimpleNamespace(base_url="http://127.0.0.1:1", alive=lambda: True,
                              spec=SimpleNamespace(prefix_cache_reset=None))
     runner._search_max_load(space, None, server, tmp_path, outcome)
-    assert [load for w, load in sent if w == "long"][:4] == [0.25, 0.5, 1.0, 2.0]  # scaled loads
-    assert outcome.workload_metrics["chat"]["max_load"] == 11.0
-    assert outcome.workload_metrics["long"]["max_load"] == 2.0
+    assert sent == [("chat", 1), ("long", 0.25), ("chat", 2), ("long", 0.5), ("chat", 4),
+                    ("long", 1), ("chat", 8), ("long", 2), ("chat", 16),   # 16 misses on chat:
+                    ("chat", 12),                   # chat, which missed, goes first: one run
+                    ("chat", 10), ("long", 2.5),    # chat meets 10, long misses its share
+                    ("long", 2.25)]                 # long first now; 8 loads tried
     assert outcome.metrics["max_load"] == 8.0                      # min(11, 2 / 0.25)
-    assert outcome.metrics["request_throughput"] == 2.0            # measured where it binds
-    assert {p["workload"] for p in outcome.load_curve} == {"chat", "long"}
+    assert outcome.metrics["request_throughput"] == 2.0            # long's run at 8: it binds
+    assert outcome.workload_metrics["chat"]["request_throughput"] == 8
+    assert outcome.workload_metrics["long"]["max_load"] == 2.0     # in long's own units
+    assert outcome.result_path == tmp_path / "bench-long-request_rate-2.json"
+    assert [(p["workload"], p["load"], p["met"]) for p in outcome.load_curve][-2:] == [
+        ("long", 2.5, False), ("long", 2.25, False)]
+
+
+def test_a_dead_server_ends_the_search(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from tuner.trial import runner
+
+    sent = []
+
+    def fake_benchmark(config):
+        sent.append(config)
+        metrics = {"p99_ttft_ms": 100.0, "completed": 8, "failed": 0}
+        return SimpleNamespace(metrics=metrics, client_saturated=False, to_json=lambda: metrics)
+
+    monkeypatch.setattr(runner, "bench_config",
+                        lambda space, w, plan, url: (w.name.split("-")[0], w.request_rate))
+    monkeypatch.setattr(runner, "run_benchmark", fake_benchmark)
+    outcome = runner.TrialOutcome(plan=None, log_path=tmp_path / "log")
+    server = SimpleNamespace(base_url="http://127.0.0.1:1", alive=lambda: False,
+                             spec=SimpleNamespace(prefix_cache_reset=None))
+    runner._search_max_load(_two_workload_space(), None, server, tmp_path, outcome)
+    assert sent == [("chat", 1), ("long", 0.25)]   # the first load only
+    assert outcome.metrics["max_load"] == 1
+
+
+def test_a_concurrency_share_stays_a_whole_number():
+    seen = []
+
+    def measure(load):
+        seen.append(load)
+        return {"p99_ttft_ms": 100.0 if load <= 3 else 5000.0, "completed": 1, "failed": 0}
+
+    probe = EveryWorkload({"chat": measure, "long": measure}, {"chat": 1.0, "long": 0.25},
+                          {"p99_ttft_ms": 500}, integer=True)
+    best, _ = find_max_load(probe, low=1, high=64, probes=8, slos={"p99_ttft_ms": 500},
+                            integer=True)
+    assert best == 3 and all(isinstance(x, int) and x >= 1 for x in seen)
+    assert probe.limiting(best) == "chat"
 
 
 def test_several_workloads_need_the_worst_aggregate():
@@ -132,8 +178,7 @@ def test_a_probe_offers_its_rate_for_duration_s(monkeypatch, tmp_path):
     chat = [(rate, n) for w, rate, n in sent if w == "chat"]
     long = [(rate, n) for w, rate, n in sent if w == "long"]
     assert chat == [(1, 10), (2, 20), (4, 40), (3, 30)]   # 10 s of arrivals at each rate
-    assert long[:2] == [(0.25, 8), (0.5, 8)]             # never fewer than num_prompts (8)
-    assert long[-1] == (2.0, 20)
+    assert long == [(0.25, 8), (0.5, 8), (0.75, 8)]      # never fewer than num_prompts (8)
 
 
 def test_duration_s_needs_a_request_rate():
