@@ -4,7 +4,8 @@
 # warm. Run from the checkout's root; README.md beside this file gives the calls in order.
 #   stage           keep what this call carried (.kits/<kit>/*, .whl/*, .gpu-state/*) under /tmp
 #   start STEP...   install once (the tuner's missing dependencies, each staged engine kit into its
-#                   own folder), write the model shapes, import carried studies, then run the
+#                   own folder), write the model shapes, import carried studies (else the arms
+#                   committed under data/ for this GPU kind), then run the
 #                   steps in the background, in order: each is a space beside this file, started
 #                   (or resumed, when its study exists) with `tune start`; the step `judge` runs
 #                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` on the
@@ -23,6 +24,7 @@ HERE=experiments/beyond-greedy
 TUNE=(python3 -m tuner)
 mkdir -p "$OUT" "$KITS" "$CARRIED" "$TUNER_STUDIES_DIR" "$TUNER_CACHE"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
+gpu_kind() { nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]00' | tr H h; }
 alive() { pid=$(cat "$STATE/queue.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
 export_all() {
   for db in "$TUNER_STUDIES_DIR"/*.db; do
@@ -90,6 +92,13 @@ start)
     study=$(basename "$archive" .tar.gz)
     [ -f "$TUNER_STUDIES_DIR/$study.db" ] || "${TUNE[@]}" import "$archive" || exit 1
   done
+  # The arms as committed for this GPU kind (data/STUDY-h100.tar.gz), where none was carried: a
+  # comparison continues on the kind it started on.
+  for study in bg-greedy bg-tpe bg-judge; do
+    archive="$HERE/data/$study-$(gpu_kind).tar.gz"
+    [ -f "$archive" ] && [ ! -f "$TUNER_STUDIES_DIR/$study.db" ] || continue
+    "${TUNE[@]}" import "$archive" --name "$study" || exit 1
+  done
   steps=("${@:2}")
   [ ${#steps[@]} -gt 0 ] || { echo "name the steps: ${HERE}/*.yaml stems" >&2; exit 2; }
   setsid bash "$0" queue "${steps[@]}" >> "$STATE/queue.log" 2>&1 < /dev/null &
@@ -112,8 +121,7 @@ queue)   # start's background part, in a session of its own so that it outlives 
     fi
     study=$(sed -n 's/^name: //p' "$HERE/$step.yaml")
     # A space with a prior takes the predictions made for this GPU on the CPU machine.
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -o 'H[0-9]00' | tr H h)
-    prior=("$HERE/data/$study-prior-$gpu.json")
+    prior=("$HERE/data/$study-prior-$(gpu_kind).json")
     [ -f "${prior[0]}" ] && prior=(--prior-file "${prior[0]}") || prior=()
     if [ -f "$TUNER_STUDIES_DIR/$study.db" ]; then verb=(resume "$study"); else verb=(start --space "$HERE/$step.yaml" "${prior[@]}"); fi
     stamp "step $step: tune ${verb[*]}"
