@@ -1,7 +1,7 @@
 """The performance model's reality gap pooled over several exported studies (`tune gap` gives it
 for one study): per engine the bias (geometric mean of measured / predicted), the spread sigma of
 log(measured / predicted) between configs, Spearman's rho, and online FP8's step, over every
-study and per study.
+study (one row per config, as `tune gap STUDY...` pools studies) and per study.
 
 A study's space names its model as a local folder; a folder with the model's config.json must
 exist here for the model to predict (`tune model tiny PATH --shape NAME --no-weights` writes one).
@@ -33,10 +33,11 @@ def main() -> None:
     estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
     by_study: dict[str, list[Row]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for archive in args.archives:
-            name, url = import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db")
-            by_study[name] = predicted_rows(lifecycle.load(name, url), estimator, hardware)
-    rows = [r for found in by_study.values() for r in found]
+        handles = [lifecycle.load(*import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db"))
+                   for archive in args.archives]
+        for handle in handles:
+            by_study[handle.name] = predicted_rows(handle, estimator, hardware)
+        rows = predicted_rows(handles, estimator, hardware)   # a config in several studies: one row
     doc = {"studies": list(by_study), "gpu": args.gpu, "estimator": args.estimator, "gap": gap(rows),
            "by_study": {name: gap(found) for name, found in by_study.items()},
            "configs": [{"study": name, **r.__dict__, "measured": r.measured}

@@ -32,17 +32,18 @@ def compare_command(
 
 
 def gap_command(
-    study: str = typer.Argument(..., help="Study name."),
+    studies: list[str] = typer.Argument(..., help="Study name; several pool their measurements "
+                                        "(one config launched in several is one row)."),
     gpu: str = typer.Option(..., "--gpu", help="Hardware profile the study measured on (e.g. h200-141gb; `tune plan --help` lists them)."),
     estimator: str = typer.Option("aiconfigurator", help="Performance model to check."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the rows and the gap as JSON."),
 ) -> None:
     """The performance model's predictions against the study's measurements: bias, spread, rank order."""
-    handle = load(study, url(storage, study))
-    rows = predicted_rows(handle, get_estimator(estimator), profile(gpu))
+    handles = [load(study, url(storage, study)) for study in studies]
+    rows = predicted_rows(handles, get_estimator(estimator), profile(gpu))
     found = gap(rows)
-    metric = handle.space.objective.name
+    metric = handles[0].space.objective.name
     console.print(f"{metric} per measured config (median of its launches) and {estimator}'s prediction:")
     for r in rows:
         knobs = ", ".join(f"{k}={v}" for k, v in r.knobs.items()) or "(defaults)"
@@ -64,7 +65,7 @@ def gap_command(
                            else f"{q} - (n={w['n']})" for q, w in g["within_quantization"].items())
         console.print(f"  Spearman rho within each quantization: {within}", highlight=False)
     if out is not None:
-        doc = {"study": study, "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
+        doc = {"studies": studies, "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
                "configs": [{**r.__dict__, "measured": r.measured} for r in rows]}
         try:
             out.write_text(json.dumps(doc, indent=2) + "\n")

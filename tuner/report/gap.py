@@ -1,5 +1,5 @@
-"""The reality gap of a performance model on a study: its prediction for each config the study
-measured, against the measurement.
+"""The reality gap of a performance model on a study (or several, pooled): its prediction for
+each config measured, against the measurement.
 
 Per engine: n, the bias (geometric mean of measured / predicted), the spread sigma of
 log(measured / predicted) between configs, and Spearman's rho between the two orders, the figure
@@ -20,6 +20,7 @@ from typing import Any
 
 from tuner.configs.predict import predict_objective
 from tuner.engines.hardware import Hardware
+from tuner.errors import InputError
 from tuner.estimate import Estimator
 from tuner.record import schema
 from tuner.study.lifecycle import StudyHandle
@@ -33,7 +34,7 @@ class Row:
     engine: str
     arm: str
     knobs: dict[str, Any]
-    trials: list[int] = field(default_factory=list)
+    trials: list[str] = field(default_factory=list)   # STUDY:TRIAL, as `tune compare` names them
     runs: list[float] = field(default_factory=list)
     predicted: float | None = None
     unsupported: str | None = None
@@ -43,28 +44,44 @@ class Row:
         return statistics.median(self.runs)
 
 
-def measured_rows(handle: StudyHandle) -> list[Row]:
-    """The study's launched configs that met every constraint (answers reused from an earlier
-    trial left out). One that broke an SLO has no value to compare: under a max-load objective
-    its 0 means "below the search's lowest load", not a load it sustained."""
+def measured_rows(*handles: StudyHandle) -> list[Row]:
+    """The studies' launched configs that met every constraint (answers reused from an earlier
+    trial left out), one row per config: launches of one config in several studies (a search
+    and the judge that re-launched its pick) are one row. One that broke an SLO has no value to
+    compare: under a max-load objective its 0 means "below the search's lowest load", not a load
+    it sustained."""
     rows: dict[tuple[str, str], Row] = {}
-    for t in handle.study.trials:
-        if not schema.is_feasible(t) or not schema.launched(t) or t.value is None or t.value <= 0:
-            continue
-        knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
-        engine = t.params.get("engine") or next(iter(handle.space.engines))
-        row = rows.setdefault((engine, json.dumps(knobs, sort_keys=True)),
-                              Row(engine=engine, arm=t.user_attrs.get(schema.ARM, "search"), knobs=knobs))
-        row.trials.append(t.number)
-        row.runs.append(float(t.value))
+    for handle in handles:
+        for t in handle.study.trials:
+            if not schema.is_feasible(t) or not schema.launched(t) or t.value is None or t.value <= 0:
+                continue
+            knobs = dict(t.user_attrs.get(schema.KNOBS) or {})
+            engine = t.params.get("engine") or next(iter(handle.space.engines))
+            row = rows.setdefault((engine, json.dumps(knobs, sort_keys=True)),
+                                  Row(engine=engine, arm=t.user_attrs.get(schema.ARM, "search"), knobs=knobs))
+            row.trials.append(f"{handle.name}:{t.number}")
+            row.runs.append(float(t.value))
     return list(rows.values())
 
 
-def predicted_rows(handle: StudyHandle, estimator: Estimator, hardware: Hardware) -> list[Row]:
-    """Each measured row with the model's prediction of the study's objective, or why none."""
-    rows = measured_rows(handle)
+def predicted_rows(handles: StudyHandle | list[StudyHandle], estimator: Estimator,
+                   hardware: Hardware) -> list[Row]:
+    """Each measured row of the studies with the model's prediction of their objective, or why
+    none. Several studies must score the same objective on the same GPU; the first one's space
+    (model, workloads) is what the model is asked about."""
+    handles = handles if isinstance(handles, list) else [handles]
+    objectives = {h.name: h.space.objective.model_dump() for h in handles}
+    if len({json.dumps(o, sort_keys=True) for o in objectives.values()}) > 1:
+        raise InputError("the studies score different objectives (" + ", ".join(objectives)
+                         + "): their measurements cannot be pooled")
+    gpus = {h.name: (h.study.user_attrs.get(schema.FINGERPRINT) or {}).get("gpu") for h in handles}
+    if len(set(gpus.values())) > 1:
+        raise InputError("the studies ran on different GPUs ("
+                         + ", ".join(f"{name}: {gpu}" for name, gpu in gpus.items())
+                         + "): pool only measurements of one kind")
+    rows = measured_rows(*handles)
     for row in rows:
-        est, row.predicted = predict_objective(estimator, handle.space, row.engine, row.knobs, hardware)
+        est, row.predicted = predict_objective(estimator, handles[0].space, row.engine, row.knobs, hardware)
         row.unsupported = None if row.predicted else (est.unsupported or "no prediction of the objective")
     return rows
 

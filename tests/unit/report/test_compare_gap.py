@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from tests.helpers import ok_trial, stored_study
 from tuner.cli import app
 from tuner.estimate import ESTIMATORS, Estimate
+from tuner.record import schema
 from tuner.report.gap import gap, predicted_rows
 from tuner.engines.hardware import profile
 from tuner.study.lifecycle import load
@@ -102,3 +103,19 @@ def test_the_gap_leaves_out_a_config_that_broke_an_slo(studies):
     url = stored_study(studies, "slo", [ok_trial(4000.0, DEFAULTS, "vllm-defaults"), broke])
     rows = predicted_rows(load("slo", url), _Linear(), profile("cpu"))
     assert [(r.arm, r.measured) for r in rows] == [("vllm-defaults", 4000.0)]
+
+
+def test_the_gap_pools_studies_one_row_per_config(two_studies):
+    """A config launched in two studies (a search and the judge that re-launched it) is one row,
+    measured as the median of all its launches; studies of other GPUs are refused."""
+    handles = [load(n, f"sqlite:///{two_studies / f'{n}.db'}") for n in ("first", "second")]
+    rows = predicted_rows(handles, _Linear(), profile("cpu"))
+    defaults = next(r for r in rows if r.arm == "vllm-defaults")
+    assert sorted(defaults.runs) == [3900.0, 4000.0, 4100.0, 5000.0] and defaults.measured == 4050.0
+    assert defaults.trials == ["first:0", "second:0", "second:1", "second:2"]
+    assert len(rows) == 3 and gap(rows)["vllm"]["n"] == 3
+    r = runner.invoke(app, ["gap", "first", "second", "--gpu", "cpu", "--estimator", "test-linear"])
+    assert r.exit_code == 0 and "vllm: n=3" in r.output, r.output
+    handles[1].study.set_user_attr(schema.FINGERPRINT, {"gpu": "NVIDIA H100 80GB HBM3"})
+    r = runner.invoke(app, ["gap", "first", "second", "--gpu", "cpu", "--estimator", "test-linear"])
+    assert r.exit_code == 2 and "ran on different GPUs" in r.output and "Traceback" not in r.output
