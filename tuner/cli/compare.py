@@ -40,7 +40,7 @@ def gap_command(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the rows and the gap as JSON."),
 ) -> None:
     """The performance model's predictions against the study's measurements: bias, spread, rank order."""
-    handles = [load(study, url(storage, study)) for study in studies]
+    handles = [load(study, url(storage, study)) for study in dict.fromkeys(studies)]
     rows = predicted_rows(handles, get_estimator(estimator), profile(gpu))
     found = gap(rows)
     metric = handles[0].space.objective.name
