@@ -98,6 +98,47 @@ class LaunchRow:
         return 100.0 * self.launch_s / self.trial_s
 
 
+@dataclass(frozen=True)
+class LoadRow:
+    """A max-load trial (user attrs ``max_load``, ``load_curve``): the load it sustained with every
+    workload inside the SLOs, what capped it, and the benchmark runs its search took."""
+
+    number: int
+    arm: str
+    sustained: float
+    capped_by: str     # "WORKLOAD at LOAD: SLO VALUE > BOUND", or "" when no run missed
+    runs: int
+
+
+def _load(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
+    """``scales``: each workload's load_scale, to set its runs' loads in the first one's units."""
+    curve = t.user_attrs.get(schema.LOAD_CURVE)
+    if not curve:
+        return None
+    missed = [p for p in curve if not p.get("met")]
+    capped = ""
+    if missed:
+        # The miss at the lowest load, in the first workload's units, brackets the value.
+        last = min(missed, key=lambda p: p["load"] / scales.get(p.get("workload", ""), 1.0))
+        over = ", ".join(_over(last, name, by) for name, by in (last.get("slack") or {}).items()
+                         if by > 0)
+        capped = f"{last.get('workload', '')} at {last['load']:g}: {over}".strip()
+    return LoadRow(t.number, t.user_attrs.get(schema.ARM, "search"),
+                   float(t.user_attrs.get(schema.MAX_LOAD) or 0.0), capped, len(curve))
+
+
+def _over(run: dict, name: str, by: float) -> str:
+    """One missed SLO of a run: its value against its bound."""
+    if name in run:
+        value = float(run[name])
+    elif name == "failed_pct":
+        total = (run.get("completed") or 0) + (run.get("failed") or 0)
+        value = 100.0 * (run.get("failed") or 0) / total if total else 100.0
+    else:
+        return f"{name} over by {by:,.1f}"
+    return f"{name} {value:,.1f} > {value - by:,.4g}"
+
+
 @dataclass
 class ReportData:
     study: str
@@ -123,6 +164,7 @@ class ReportData:
     quality: bool = False     # the study has a quality guardrail: tables show its column
     best_quality: str = ""    # the winner's quality against the reference
     launches: list[LaunchRow] = field(default_factory=list)
+    loads: list[LoadRow] = field(default_factory=list)   # max-load trials
 
     @property
     def launch_share(self) -> tuple[float, int] | None:
@@ -320,7 +362,8 @@ def contenders(study: optuna.Study) -> tuple[ConfigStats | None, ConfigStats | N
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     searched = [g for g in results.group_configs(study) if g.arm == "search"]
     if not searched:
-        return None, base, f"the baseline {base.arm} is the only feasible config"
+        return None, base, (f"no searched config is feasible yet; the best config measured is "
+                            f"the baseline {base.arm}")
     pick = max(searched, key=lambda g: g.median if maximize else -g.median)
     return pick, base, (f"the baseline {base.arm} is the best config measured; compared with it "
                         f"here: the best searched config, trial {pick.first.number}")
@@ -389,6 +432,8 @@ def build(study: optuna.Study) -> ReportData:
             notes.append(note)
     cmp = _comparison(study, best, base, notes)
     imp, imp_note = importances(study)
+    space = _stored_space(study)
+    scales = {w.name: w.load_scale for w in space.all_workloads()} if space else {}
     return ReportData(
         study=study.study_name,
         generated=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, tuner {__version__}",
@@ -397,7 +442,7 @@ def build(study: optuna.Study) -> ReportData:
         counts=counts,
         best=trial_row(winner) if winner else None,
         best_runs=group.values if winner else [],
-        best_command=serve_command(winner, _stored_space(study)) if winner else None,
+        best_command=serve_command(winner, space) if winner else None,
         contender=cmp.contender,
         baseline_arm=cmp.baseline_arm,
         comparison_source=cmp.source,
@@ -407,6 +452,7 @@ def build(study: optuna.Study) -> ReportData:
         environment=dict(winner.user_attrs.get(schema.ENVIRONMENT) or {}) if winner else {},
         telemetry=[row for t in trials if (row := _telemetry(t)) is not None],
         launches=[row for t in trials if (row := _launch(t)) is not None],
+        loads=[row for t in trials if (row := _load(t, scales)) is not None],
         pareto=pareto,
         importances=imp,
         importance_note=imp_note,

@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from tuner.report.data import ReportData, TrialRow, feasible_copy
-from tuner.report.markdown import (LAUNCH_HEAD, best_value, fmt, launch_rows, launch_summary,
-                                   runs_note)
+from tuner.report.markdown import (LAUNCH_HEAD, LOAD_HEAD, LOAD_NOTE, best_value, fmt, launch_rows,
+                                   launch_summary, load_rows, runs_note)
 from tuner.report.stats import METHOD
 
 _CSS = """
@@ -156,6 +156,11 @@ def render(study: optuna.Study, data: ReportData) -> str:
                             "workloads"))
     else:
         parts.append("<p>No comparison: see the notes above.</p>")
+
+    if data.loads:
+        parts.append('<h2 id="loads">Load within the SLOs</h2>')
+        parts.append(f'<p class="meta">{_e(LOAD_NOTE)}</p>')
+        parts.append(_table(LOAD_HEAD, load_rows(data), {2, 4}, "loads"))
 
     parts.append('<h2 id="plots">Search</h2>')
     for title, body in _plots(study, data):

@@ -52,6 +52,18 @@ def launch_rows(data: ReportData) -> list[list[Any]]:
     return rows
 
 
+LOAD_HEAD = ["trial", "arm", "load sustained", "capped by (the lowest load missed)", "runs"]
+LOAD_NOTE = ("The highest load each launched config sustained with every workload inside the "
+             "SLOs (in the first workload's units; a workload runs at its load_scale share of it), "
+             "the run that bracketed it from above, and the benchmark runs its search took. "
+             "Each trial's load_curve holds every run.")
+
+
+def load_rows(data: ReportData) -> list[list[Any]]:
+    return [[r.number, r.arm, fmt(r.sustained), r.capped_by or "no run missed",
+             r.runs] for r in data.loads]
+
+
 def launch_summary(data: ReportData) -> str:
     share = data.launch_share
     head = (f"Launching the engine took {share[0]:.0f} % of the trials' time ({share[1]} "
@@ -106,6 +118,9 @@ def render(data: ReportData) -> str:
                         for r in data.workload_rows]), ""]
     else:
         out += ["No comparison: see the notes above.", ""]
+
+    if data.loads:
+        out += ["## Load within the SLOs", "", LOAD_NOTE, "", _table(LOAD_HEAD, load_rows(data)), ""]
 
     out += ["## Parameter importances", ""]
     if data.importances:

@@ -286,3 +286,42 @@ def test_report_of_a_real_study(real_study, tmp_path):
     assert "| engine_version | 0.32.0 |" in text
     html = write_report(study, tmp_path / "real.html").read_text()
     assert 'id="plot-history"' in html
+
+
+def test_a_max_load_study_says_what_capped_each_config(tmp_path):
+    """The load each config sustained inside the SLOs, and the run that bracketed it from above:
+    the miss at the lowest load in the first workload's units (a workload runs at its load_scale
+    share), whichever order the runs came in."""
+    from tuner.space import space_from_dict
+
+    space = space_from_dict({
+        "name": "slo", "model": {"path": "/m"}, "engines": {"vllm": {}},
+        "workloads": [{"name": "chat", "dataset": "random"},
+                      {"name": "long", "dataset": "random", "load_scale": 0.25}],
+        "objective": {"slos": {"p99_ttft_ms": 2000, "mean_tpot_ms": 50}, "aggregate": "worst",
+                      "max_load": {"low": 16, "high": 256}}})
+    study = optuna.create_study(study_name="slo", direction="maximize")
+    study.set_user_attr("space", space.model_dump(mode="json"))
+
+    def run(workload, load, met, tpot=20.0, ttft=300.0):
+        return {"workload": workload, "load": load, "met": met, "p99_ttft_ms": ttft,
+                "mean_tpot_ms": tpot, "completed": 64, "failed": 0,
+                "slack": {"p99_ttft_ms": ttft - 2000, "mean_tpot_ms": tpot - 50}}
+
+    # each workload searched on its own, long first: long misses at 11 (44 in chat's units), then
+    # chat at 192: the later miss is not what capped the load
+    curve = [run("long", 10, True), run("long", 11, False, tpot=59.3),
+             run("chat", 128, True), run("chat", 192, False, ttft=2500.0)]
+    study.add_trial(ok_trial(40.0, {"max_num_seqs": 128, "chunked_prefill": True},
+                             "vllm-defaults", load_curve=curve, max_load=40.0))
+    study.add_trial(ok_trial(64.0, {"max_num_seqs": 64, "chunked_prefill": True},
+                             load_curve=[run("chat", 64, True), run("long", 16, True)], max_load=64.0))
+    data = report_data.build(study)
+    assert [(r.number, r.sustained, r.capped_by, r.runs) for r in data.loads] == [
+        (0, 40.0, "long at 11: mean_tpot_ms 59.3 > 50", 4),
+        (1, 64.0, "", 2)]
+    out = tmp_path / "r.md"
+    write_report(study, out, "md")
+    text = out.read_text()
+    assert "## Load within the SLOs" in text
+    assert "| 1 | search | 64.0 | no run missed | 2 |" in text
