@@ -9,7 +9,7 @@
 #                   steps in the background, in order: each is a space beside this file, started
 #                   (or resumed, when its study exists) with `tune start`; the step `judge` runs
 #                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` on the
-#                   imported arms
+#                   imported arms; with MINUTES=N the steps end by then, between trials
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
 #   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export, and
 #                   the engines' caches in parts (engine-caches.partNN) for the next machine
@@ -101,6 +101,10 @@ start)
   done
   steps=("${@:2}")
   [ ${#steps[@]} -gt 0 ] || { echo "name the steps: ${HERE}/*.yaml stems" >&2; exit 2; }
+  # MINUTES=N: the steps end by then, between trials (tune's --timeout-s), so that `finish` cuts
+  # no trial: the machine's device time left, less a minute or two for `finish`.
+  rm -f "$STATE/deadline"
+  [ -n "${MINUTES:-}" ] && echo $(( $(date +%s) + MINUTES * 60 )) > "$STATE/deadline"
   setsid bash "$0" queue "${steps[@]}" >> "$STATE/queue.log" 2>&1 < /dev/null &
   echo $! > "$STATE/queue.pid"
   stamp "steps started (pid $(cat "$STATE/queue.pid")): ${steps[*]}"
@@ -109,12 +113,18 @@ start)
 queue)   # start's background part, in a session of its own so that it outlives the call
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
+    limit=()
+    if [ -f "$STATE/deadline" ]; then
+      left=$(( $(cat "$STATE/deadline") - $(date +%s) ))
+      [ "$left" -ge 60 ] || { stamp "step $step: no time left before the deadline"; continue; }
+      limit=(--timeout-s "$left")
+    fi
     if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit 30 minutes of
                                    # GPU time; the arms measured the engines' defaults once each
       stamp "step judge"
       if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
         verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 --no-defaults); fi
-      "${TUNE[@]}" "${verb[@]}" & child=$!
+      "${TUNE[@]}" "${verb[@]}" "${limit[@]}" & child=$!
       wait "$child"
       stamp "step judge exited $?"
       continue
@@ -125,7 +135,7 @@ queue)   # start's background part, in a session of its own so that it outlives 
     [ -f "${prior[0]}" ] && prior=(--prior-file "${prior[0]}") || prior=()
     if [ -f "$TUNER_STUDIES_DIR/$study.db" ]; then verb=(resume "$study"); else verb=(start --space "$HERE/$step.yaml" "${prior[@]}"); fi
     stamp "step $step: tune ${verb[*]}"
-    "${TUNE[@]}" "${verb[@]}" & child=$!
+    "${TUNE[@]}" "${verb[@]}" "${limit[@]}" & child=$!
     wait "$child"
     stamp "step $step exited $?"
   done

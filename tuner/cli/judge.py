@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import console, study_and_trial, url
-from tuner.cli.study import run_with_progress
+from tuner.cli.study import TIMEOUT_HELP, run_with_progress
 from tuner.errors import InputError
 from tuner.record.storage import study_names
 from tuner.report.stats import METHOD
@@ -31,6 +31,7 @@ def judge_command(
     launches: int = typer.Option(3, min=1, help="Launches of each entrant; an interval needs 3."),
     defaults: bool = typer.Option(True, help="Also launch each engine of the space at its own defaults."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL holding every study (default: sqlite:///studies/<study>.db each)."),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", min=1, help=TIMEOUT_HELP),
 ) -> None:
     """Launch each search's pick and each engine's defaults LAUNCHES times, round by round, on this
     machine, and print each entrant's value with its interval and each pick against the others."""
@@ -39,7 +40,7 @@ def judge_command(
         space, field_ = judge_mod.entrants([_pick(p, storage) for p in picks], defaults=defaults)
         handle = judge_mod.create_judge(space, name, where, field_, launches)
         console.print(f"judge {name}: {len(field_)} entrants x {launches} launches, interleaved", highlight=False)
-        run_with_progress(handle, None)
+        run_with_progress(handle, None, timeout_s=timeout_s)
     elif name not in study_names(where):
         raise InputError(f"judge study {name!r} does not exist in {where}: name the picks to create it")
     else:

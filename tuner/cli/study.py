@@ -28,17 +28,20 @@ class Backend(str, enum.Enum):
 
 
 BACKEND_HELP = "local (one trial at a time, here) or ray (one trial per free GPU slot of a Ray cluster)."
+TIMEOUT_HELP = ("Seconds this run may take (default: the space's budget.timeout_s): no trial starts "
+                "that the study's typical trial would carry past them; the study stops cleanly.")
 
 
 def run_with_progress(handle: study_mod.StudyHandle, n_trials: Optional[int], backend: Backend = Backend.local,
-                      address: Optional[str] = None, max_concurrent: Optional[int] = None) -> None:
+                      address: Optional[str] = None, max_concurrent: Optional[int] = None,
+                      timeout_s: Optional[float] = None) -> None:
     total = n_trials or handle.study.user_attrs.get(schema.N_TRIALS) or handle.space.budget.n_trials
     with study_progress(handle, total) as reporter:
         try:
             options = ({"address": address, "max_concurrent": max_concurrent}
                        if backend == Backend.ray else {})
             study_mod.run(handle, executor=backend.value, n_trials=n_trials, reporter=reporter,
-                          **options)
+                          timeout_s=timeout_s, **options)
         except KeyboardInterrupt:
             reporter.progress.stop()
             err.print(f"[yellow]interrupted.[/] Engine stopped; completed trials are saved. "
@@ -96,6 +99,7 @@ def start(
                                         "An existing study of the same space is joined as one more worker."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="Trials to finish (default: the space's budget)."),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", min=1, help=TIMEOUT_HELP),
     backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: start a local one; 'auto' to attach)."),
     max_concurrent: Optional[int] = typer.Option(None, min=1, help="Ray: trials at once (default: the cluster's GPUs, or 1)."),
@@ -121,7 +125,7 @@ def start(
                               warm_start=_warm_start_studies(warm_start), prior_file=prior_file,
                               use_prior=not no_prior)
     console.print(f"study [bold]{name}[/] on space [bold]{sp.name}[/]  storage {where}", highlight=False)
-    run_with_progress(handle, n_trials, backend, address, max_concurrent)
+    run_with_progress(handle, n_trials, backend, address, max_concurrent, timeout_s)
     print_best(handle)
 
 
@@ -129,6 +133,7 @@ def resume(
     study: str = typer.Argument(..., help="Study name."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL (default: sqlite:///studies/<study>.db)."),
     n_trials: Optional[int] = typer.Option(None, "--n-trials", "-n", min=1, help="New total of finished trials."),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout-s", min=1, help=TIMEOUT_HELP),
     new_hardware: bool = typer.Option(False, "--new-hardware", help="On different hardware: start a linked "
                                       "study warm-started from this one's best configs instead of refusing."),
     backend: Backend = typer.Option(Backend.local, help=BACKEND_HELP),
@@ -149,7 +154,7 @@ def resume(
                       highlight=False)
     if n_trials:
         handle.study.set_user_attr(schema.N_TRIALS, n_trials)
-    run_with_progress(handle, n_trials, backend, address, max_concurrent)
+    run_with_progress(handle, n_trials, backend, address, max_concurrent, timeout_s)
     print_best(handle)
 
 

@@ -2,7 +2,8 @@
 
 Every way of running a study goes through ``run``: trials here (local executor), on a Ray cluster,
 or replayed from measured data (benchmarks/replay.py). The stop rules live here once: the budget
-(launched trials only), the wall-clock timeout, three harness errors in a row, a sampler with nothing
+(launched trials only), the wall-clock timeout (no trial starts that the study's typical trial
+would carry past it), three harness errors in a row, a sampler with nothing
 left to propose, and ``MAX_PRUNED_IN_A_ROW`` proposals in a row answered without a launch. SIGTERM
 takes Ctrl-C's path: running trials are stopped, marked interrupted and FAIL, for ``tune resume``.
 
@@ -103,8 +104,9 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
                 while state.stop is None and len(in_flight) < executor.slots:
                     done = finished_count(study)
                     running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-                    if deadline is not None and time.monotonic() >= deadline:
+                    if deadline is not None and (why := _past_deadline(study, deadline)):
                         state.stop = "timeout"
+                        reporter.note(why)
                     elif state.unlaunched_in_a_row >= MAX_PRUNED_IN_A_ROW:
                         state.stop = "exhausted"
                         reporter.note(EXHAUSTED)
@@ -151,6 +153,31 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
         finally:
             executor.close()
             beats.close()
+
+
+def typical_trial_s(study: optuna.Study) -> float | None:
+    """The median wall-clock of the study's launched trials (``timings.total_s``: launch,
+    benchmark, teardown), the best guess of the next one's; None before the first."""
+    lengths = sorted(float(t.user_attrs[schema.TIMINGS]["total_s"]) for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE,))
+        if (t.user_attrs.get(schema.TIMINGS) or {}).get("total_s"))
+    if not lengths:
+        return None
+    mid = len(lengths) // 2
+    return lengths[mid] if len(lengths) % 2 else (lengths[mid - 1] + lengths[mid]) / 2
+
+
+def _past_deadline(study: optuna.Study, deadline: float) -> str | None:
+    """Why no trial may start now: the timeout is reached, or a typical trial would end after it
+    (a trial cut by the deadline would be lost, and its GPU time with it)."""
+    now = time.monotonic()
+    if now >= deadline:
+        return "the timeout is reached: no new trial starts"
+    typical = typical_trial_s(study)
+    if typical is not None and now + typical > deadline:
+        return (f"no new trial starts: a trial of this study takes about {typical:.0f} s (the "
+                f"median of its launches), more than the {deadline - now:.0f} s left before the timeout")
+    return None
 
 
 def _start_one(handle: StudyHandle, executor: Executor, recorder: TrialRecorder, prelaunch: PreLaunch,
