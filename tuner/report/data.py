@@ -19,6 +19,7 @@ from tuner.deploy import serve_command
 from tuner.errors import InputError
 from tuner.record import results, schema
 from tuner.record.results import ConfigStats
+from tuner.record.slo import metric_value
 from tuner.report.stats import MIN_RUNS, Change, change
 from tuner.space import Space, space_from_dict
 from tuner.trial.telemetry import derived
@@ -129,12 +130,8 @@ def _load(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
 
 def _over(run: dict, name: str, by: float) -> str:
     """One missed SLO of a run: its value against its bound."""
-    if name in run:
-        value = float(run[name])
-    elif name == "failed_pct":
-        total = (run.get("completed") or 0) + (run.get("failed") or 0)
-        value = 100.0 * (run.get("failed") or 0) / total if total else 100.0
-    else:
+    value = metric_value(run, name)
+    if value is None:
         return f"{name} over by {by:,.1f}"
     return f"{name} {value:,.1f} > {value - by:,.4g}"
 

@@ -15,6 +15,7 @@ told to Optuna the same way, and cost no budget.
 
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -158,13 +159,10 @@ def run(handle: StudyHandle, *, executor: Executor | str = "local", n_trials: in
 def typical_trial_s(study: optuna.Study) -> float | None:
     """The median wall-clock of the study's launched trials (``timings.total_s``: launch,
     benchmark, teardown), the best guess of the next one's; None before the first."""
-    lengths = sorted(float(t.user_attrs[schema.TIMINGS]["total_s"]) for t in study.get_trials(
+    lengths = [float(t.user_attrs[schema.TIMINGS]["total_s"]) for t in study.get_trials(
         deepcopy=False, states=(TrialState.COMPLETE,))
-        if (t.user_attrs.get(schema.TIMINGS) or {}).get("total_s"))
-    if not lengths:
-        return None
-    mid = len(lengths) // 2
-    return lengths[mid] if len(lengths) % 2 else (lengths[mid - 1] + lengths[mid]) / 2
+        if (t.user_attrs.get(schema.TIMINGS) or {}).get("total_s")]
+    return statistics.median(lengths) if lengths else None
 
 
 def _past_deadline(study: optuna.Study, deadline: float) -> str | None:

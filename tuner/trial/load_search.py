@@ -69,10 +69,13 @@ def find_max_load(measure: Callable[[float], dict], *, low: float, high: float, 
 
 def strain(metrics: dict, slos: dict[str, float]) -> float:
     """The largest share of its bound that any SLO's metric uses (above 1: the SLO is missed)."""
-    shares = [(metric_value(metrics, name) or 0.0) / bound if bound > 0
-              else (math.inf if (metric_value(metrics, name) or 0.0) > 0 else 0.0)
-              for name, bound in slos.items()]
-    return max(shares, default=0.0)
+    def share(value: float, bound: float) -> float:
+        if bound > 0:
+            return value / bound
+        return math.inf if value > 0 else 0.0
+
+    return max((share(metric_value(metrics, name) or 0.0, bound) for name, bound in slos.items()),
+               default=0.0)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from tuner.runtime.procgroup import free_port
 from tuner.space import MaxLoad, Scalar, Space, Workload
 from tuner.trial import lm_eval
 from tuner.trial.launch_phases import breakdown
-from tuner.trial.load_search import EveryWorkload, Probe, describe, find_max_load
+from tuner.trial.load_search import EveryWorkload, describe, find_max_load
 from tuner.trial.quality import SAME_PRECISION, ProbeTask, add_lm_eval, probe
 from tuner.trial.telemetry import TelemetrySampler, derived, gpu_memory_in_use, gpu_memory_released
 
@@ -256,35 +256,37 @@ def _search_max_load(space: Space, plan: LaunchPlan, server: Server, trial_dir: 
     workloads = {w.name: w for w in space.all_workloads()}
     runs = 0
 
+    def run_name(workload: str, load: float) -> str:
+        return f"{workload}-{ml.knob}-{load:g}"
+
     def measure(workload: Workload, load: float) -> dict:
         nonlocal runs
         if runs:  # every run from the same, empty prefix cache, as the first one
             reset_prefix_cache(server)
         runs += 1
         w = workload.model_copy(update={ml.knob: int(load) if integer else load,
-                                        "name": f"{workload.name}-{ml.knob}-{load:g}",
+                                        "name": run_name(workload.name, load),
                                         "num_prompts": probe_prompts(workload, load, ml)})
         result = run_benchmark(bench_config(space, w, plan, server.base_url))
         _write_json(trial_dir / f"bench-{w.name}.json", result.to_json())
         outcome.client_saturated |= result.client_saturated
         return dict(result.metrics)
 
-    probe = EveryWorkload({name: partial(measure, w) for name, w in workloads.items()},
+    every = EveryWorkload({name: partial(measure, w) for name, w in workloads.items()},
                           {name: w.load_scale for name, w in workloads.items()},
                           space.objective.slos, integer=integer)
-    best, _ = find_max_load(probe, low=ml.low, high=ml.high, probes=ml.probes,
+    best, _ = find_max_load(every, low=ml.low, high=ml.high, probes=ml.probes,
                             slos=space.objective.slos, integer=integer, keep_going=server.alive)
-    at_best: dict[str, Probe] = {}
-    for name, p in probe.runs:  # each workload's run at the best load, else its last run
-        if not (name in at_best and at_best[name].met and at_best[name].load == probe.share(name, best)):
-            at_best[name] = p
+    # Each workload's run at the best load, else its last run.
+    at_best = {**{name: p for name, p in every.runs},
+               **{name: p for name, p in every.runs if p.met and p.load == every.share(name, best)}}
     for name, p in at_best.items():
         outcome.workload_metrics[name] = {**p.metrics,
-                                          "max_load": probe.share(name, best) if best else 0.0}
+                                          "max_load": every.share(name, best) if best else 0.0}
     outcome.load_curve = [{"workload": name, **describe([p], space.objective.slos)[0]}
-                          for name, p in probe.runs]
-    limiting = probe.limiting(best)
-    outcome.result_path = trial_dir / f"bench-{limiting}-{ml.knob}-{at_best[limiting].load:g}.json"
+                          for name, p in every.runs]
+    limiting = every.limiting(best)
+    outcome.result_path = trial_dir / f"bench-{run_name(limiting, at_best[limiting].load)}.json"
     outcome.metrics = {**outcome.workload_metrics[limiting], "max_load": best}
 
 
