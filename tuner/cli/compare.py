@@ -65,7 +65,7 @@ def gap_command(
                            else f"{q} - (n={w['n']})" for q, w in g["within_quantization"].items())
         console.print(f"  Spearman rho within each quantization: {within}", highlight=False)
     if out is not None:
-        doc = {"studies": studies, "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
+        doc = {"studies": [h.name for h in handles], "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
                "configs": [{**r.__dict__, "measured": r.measured} for r in rows]}
         try:
             out.write_text(json.dumps(doc, indent=2) + "\n")

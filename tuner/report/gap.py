@@ -67,13 +67,16 @@ def measured_rows(*handles: StudyHandle) -> list[Row]:
 def predicted_rows(handles: StudyHandle | list[StudyHandle], estimator: Estimator,
                    hardware: Hardware) -> list[Row]:
     """Each measured row of the studies with the model's prediction of their objective, or why
-    none. Several studies must score the same objective on the same GPU; the first one's space
-    (model, workloads) is what the model is asked about."""
+    none. Several studies must score the same objective on the same workloads and model, on the
+    same GPU; the first one's space is what the model is asked about."""
     handles = handles if isinstance(handles, list) else [handles]
-    objectives = {h.name: h.space.objective.model_dump() for h in handles}
-    if len({json.dumps(o, sort_keys=True) for o in objectives.values()}) > 1:
-        raise InputError("the studies score different objectives (" + ", ".join(objectives)
-                         + "): their measurements cannot be pooled")
+    # A value means its objective, on its workloads, of its model: pooled rows are predicted with
+    # the first study's space, so every study must agree on all three.
+    differ = sorted({part for h in handles[1:] for part in handles[0].space.differences(
+        h.space, ("objective", "workloads", "model"))})
+    if differ:
+        raise InputError(f"the studies ({', '.join(h.name for h in handles)}) differ in their "
+                         f"{' and '.join(differ)}: their measurements cannot be pooled")
     gpus = {h.name: (h.study.user_attrs.get(schema.FINGERPRINT) or {}).get("gpu") for h in handles}
     if len(set(gpus.values())) > 1:
         raise InputError("the studies ran on different GPUs ("

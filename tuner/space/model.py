@@ -404,6 +404,14 @@ class Space(_Strict):
     def all_workloads(self) -> list[Workload]:
         return list(self.workloads) or [self.workload]
 
+    def differences(self, other: "Space",
+                    parts: tuple[str, ...] = ("objective", "workloads")) -> list[str]:
+        """Which of ``parts`` (objective, workloads, model) differ from ``other``'s: two spaces'
+        measurements answer the same question only where none does."""
+        of = {"objective": lambda s: s.objective, "workloads": Space.all_workloads,
+              "model": lambda s: s.model}
+        return [part for part in parts if of[part](self) != of[part](other)]
+
     @model_validator(mode="before")
     @classmethod
     def _expand_sets(cls, data: Any) -> Any:

@@ -74,11 +74,9 @@ def _pick(handle: StudyHandle, trial: int | None) -> ConfigStats:
 
 
 def _same_question(space: Space, name: str, handle: StudyHandle) -> None:
-    for what, here, there in (("objective", space.objective, handle.space.objective),
-                              ("workloads", space.all_workloads(), handle.space.all_workloads())):
-        if here != there:
-            raise InputError(f"study {handle.name!r} has another {what} than study {name!r}: "
-                             f"their picks answer different questions")
+    if differ := space.differences(handle.space):
+        raise InputError(f"study {handle.name!r} has another {' and '.join(differ)} than study "
+                         f"{name!r}: their picks answer different questions")
 
 
 def create_judge(space: Space, name: str, url: str, field_: list[Entrant], launches: int) -> StudyHandle:

@@ -119,3 +119,17 @@ def test_the_gap_pools_studies_one_row_per_config(two_studies):
     handles[1].study.set_user_attr(schema.FINGERPRINT, {"gpu": "NVIDIA H100 80GB HBM3"})
     r = runner.invoke(app, ["gap", "first", "second", "--gpu", "cpu", "--estimator", "test-linear"])
     assert r.exit_code == 2 and "ran on different GPUs" in r.output and "Traceback" not in r.output
+
+
+def test_studies_of_other_workloads_are_not_pooled(two_studies):
+    """A value is its objective on its workloads, of its model: pooled rows are predicted with the
+    first study's space, so a study that measured other prompts is refused, naming what differs."""
+    from tuner.space import load_space
+
+    base = load_space("cpu-smoke")
+    other = base.model_copy(update={"workload": base.workload.model_copy(update={"num_prompts": 7})})
+    assert base.differences(other) == ["workloads"]
+    assert base.differences(other, ("objective", "model")) == []
+    stored_study(two_studies, "other", [ok_trial(4000.0, DEFAULTS, "vllm-defaults")], space=other)
+    r = runner.invoke(app, ["gap", "first", "other", "--gpu", "cpu", "--estimator", "test-linear"])
+    assert r.exit_code == 2 and "differ in their workloads" in r.output and "Traceback" not in r.output
