@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from tuner.engines.hardware import profile
@@ -21,6 +22,17 @@ from tuner.estimate import get_estimator
 from tuner.record.transfer import import_study
 from tuner.report.gap import Row, gap, predicted_rows
 from tuner.study import lifecycle
+
+
+def of_study(rows: list[Row], name: str) -> list[Row]:
+    """The pooled rows cut to one study's launches (``Row.trials`` are STUDY:TRIAL), each with
+    the prediction made once for the pool."""
+    out = []
+    for r in rows:
+        mine = [(t, v) for t, v in zip(r.trials, r.runs) if t.rpartition(":")[0] == name]
+        if mine:
+            out.append(replace(r, trials=[t for t, _ in mine], runs=[v for _, v in mine]))
+    return out
 
 
 def main() -> None:
@@ -31,13 +43,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
-    by_study: dict[str, list[Row]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         handles = [lifecycle.load(*import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db"))
                    for archive in args.archives]
-        for handle in handles:
-            by_study[handle.name] = predicted_rows(handle, estimator, hardware)
         rows = predicted_rows(handles, estimator, hardware)   # a config in several studies: one row
+    by_study = {h.name: of_study(rows, h.name) for h in handles}
     doc = {"studies": list(by_study), "gpu": args.gpu, "estimator": args.estimator, "gap": gap(rows),
            "by_study": {name: gap(found) for name, found in by_study.items()},
            "configs": [{"study": name, **r.__dict__, "measured": r.measured}
