@@ -119,8 +119,9 @@ queue)   # start's background part, in a session of its own so that it outlives 
       [ "$left" -ge 60 ] || { stamp "step $step: no time left before the deadline"; continue; }
       limit=(--timeout-s "$left")
     fi
-    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit 30 minutes of
-                                   # GPU time; the arms measured the engines' defaults once each
+    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one machine's
+                                   # 30 minutes with the engine caches carried; the arms measured
+                                   # the engines' defaults once each
       stamp "step judge"
       if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
         verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 --no-defaults); fi
