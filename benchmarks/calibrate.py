@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tuner.engines.hardware import profile
 from tuner.estimate import get_estimator
+from tuner.errors import InputError
 from tuner.record.transfer import import_study
 from tuner.report.gap import Row, gap, predicted_rows
 from tuner.study import lifecycle
@@ -42,11 +43,14 @@ def main() -> None:
     ap.add_argument("--estimator", default="aiconfigurator")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
     with tempfile.TemporaryDirectory() as tmp:
-        handles = [lifecycle.load(*import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db"))
-                   for archive in args.archives]
-        rows = predicted_rows(handles, estimator, hardware)   # a config in several studies: one row
+        try:
+            estimator, hardware = get_estimator(args.estimator), profile(args.gpu)
+            handles = [lifecycle.load(*import_study(archive, lambda n: f"sqlite:///{tmp}/{n}.db"))
+                       for archive in args.archives]
+            rows = predicted_rows(handles, estimator, hardware)   # a config in several studies: one row
+        except InputError as exc:
+            ap.error(str(exc))
     by_study = {h.name: of_study(rows, h.name) for h in handles}
     doc = {"studies": list(by_study), "gpu": args.gpu, "estimator": args.estimator, "gap": gap(rows),
            "by_study": {name: gap(found) for name, found in by_study.items()},

@@ -20,6 +20,7 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
+from tuner.errors import InputError
 from tuner.record import schema
 from tuner.record.slo import met
 from tuner.record.storage import trial_dir
@@ -77,7 +78,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        name, url = import_study(args.archive, lambda n: f"sqlite:///{tmp}/{n}.db")
+        try:
+            name, url = import_study(args.archive, lambda n: f"sqlite:///{tmp}/{n}.db")
+        except InputError as exc:
+            ap.error(str(exc))
         handle = lifecycle.load(name, url)
         ml, slos = handle.space.objective.max_load, handle.space.objective.slos
         scales = {w.name: w.load_scale for w in handle.space.all_workloads()}
