@@ -27,6 +27,10 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
     lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (dict, list)):
+            # a flow mapping or list as a key ("{{}}: 1") is valid YAML but no key of ours
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a name, not {type(key).__name__} {key!r}", key_node.start_mark)
         if key in mapping:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark)

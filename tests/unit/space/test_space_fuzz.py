@@ -3,6 +3,7 @@ with InputError naming the file; nothing else escapes (no UnicodeDecodeError, no
 
 import string
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,11 @@ def test_a_param_field_replaced(tmp_path, field, value):
     data = yaml.safe_load(GOOD)
     data["engines"]["vllm"]["params"]["max_num_seqs"][field] = value
     check(tmp_path, yaml.safe_dump(data))
+
+
+@pytest.mark.parametrize("text", ["{{}}", "? [a, b]\n: 1\n", "{{a: 1}: 2}"])
+def test_a_mapping_or_list_as_a_key_is_an_input_error(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=f"{path}:1: invalid YAML: a key must be a name"):
+        load_space(str(path))
