@@ -116,7 +116,9 @@ queue)   # start's background part, in a session of its own so that it outlives 
     limit=()
     if [ -f "$STATE/deadline" ]; then
       left=$(( $(cat "$STATE/deadline") - $(date +%s) ))
-      [ "$left" -ge 60 ] || { stamp "step $step: no time left before the deadline"; continue; }
+      # tune stops a study between trials by its median trial; a study's first trial has no median,
+      # so no step starts with less than one trial's time left (316 s measured: 360 with margin)
+      [ "$left" -ge "${TRIAL_S:-360}" ] || { stamp "step $step: less than a trial's time left before the deadline"; continue; }
       limit=(--timeout-s "$left")
     fi
     if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one machine's
