@@ -126,7 +126,8 @@ queue)   # start's background part, in a session of its own so that it outlives 
                                    # the engines' defaults once each
       stamp "step judge"
       if [ -f "$TUNER_STUDIES_DIR/bg-judge.db" ]; then verb=(resume bg-judge); else
-        verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 --no-defaults); fi
+        # JUDGE_DEFAULTS="--defaults-of vllm" where the arms picked the same config (one entrant)
+        verb=(judge bg-judge greedy=bg-greedy tpe=bg-tpe --launches 3 ${JUDGE_DEFAULTS:---no-defaults}); fi
       "${TUNE[@]}" "${verb[@]}" "${limit[@]}" & child=$!
       wait "$child"
       stamp "step judge exited $?"

@@ -47,7 +47,7 @@ WORKER_PID = "worker_pid"
 WORKER_STARTED = "worker_started"
 # ---- trial attrs: why it ran ---------------------------------------------------------------------
 REPEAT_OF = "repeat_of"            # a `tune confirm` repeat
-JUDGED = "judged"                  # "<study>#<trial>" (or "<engine> defaults") a `tune judge` launch measures
+JUDGED = "judged"                  # "<study>#<trial>" (several joined by ", " when searches picked the same config, or "<engine> defaults") a `tune judge` launch measures
 RETRY_OF = "retry_of"              # re-queued after an interruption or a harness error
 WARM_START_OF = "warm_start_of"    # "<study>#<trial>" a warm start copied
 PREDICTED_BY = "predicted_by"      # the estimator's pick (arm "model-pick") or a prior's seed

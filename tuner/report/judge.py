@@ -10,7 +10,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.record import schema
 from tuner.report.stats import Change, Interval, change, log_t_interval
-from tuner.study.judge import DEFAULTS_SUFFIX
+from tuner.study.judge import DEFAULTS_SUFFIX, ORIGINS_SEP
 from tuner.study.lifecycle import FINISHED, trials_table
 
 
@@ -93,7 +93,12 @@ def search_cost(study: optuna.Study, pick_trial: int) -> SearchCost:
         found_at=order.index(pick_trial) + 1 if pick_trial in order else None)
 
 
-def origin_of(row: Standing) -> tuple[str, int] | None:
-    """The study and trial a pick came from (``<study>#<trial>``); None for an engine's defaults."""
-    study, sep, number = row.origin.rpartition("#")
-    return (study, int(number)) if sep and number.isdigit() else None
+def origins_of(row: Standing) -> list[tuple[str, int]]:
+    """The studies and trials a pick came from (``<study>#<trial>``, several for searches that
+    picked the same config); none for an engine's defaults."""
+    found = []
+    for origin in row.origin.split(ORIGINS_SEP):
+        study, sep, number = origin.rpartition("#")
+        if sep and number.isdigit():
+            found.append((study, int(number)))
+    return found

@@ -8,10 +8,14 @@ drift of the machine lands on every entrant alike; every launch is a new server,
 prefix-cache reset empties the cache before each benchmark run, so each measurement starts from
 the same cache state. Only the engines' compile caches differ: the first round compiles, later
 rounds reuse, which changes the launch time, not what is measured.
+
+Searches that picked the same config are one entrant (label "greedy+tpe"): launching one config
+under two names would spend launches on a comparison whose answer is known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tuner.errors import InputError
@@ -22,6 +26,8 @@ from tuner.space.model import Budget
 from tuner.study.lifecycle import StudyHandle, create
 
 DEFAULTS_SUFFIX = "-defaults"
+JOINED = "+"      # between the labels of searches that picked the same config
+ORIGINS_SEP = ", "  # between their "<study>#<trial>" origins
 
 
 @dataclass(frozen=True)
@@ -32,35 +38,52 @@ class Entrant:
     engine: str
     params: dict
     omit: list[str]
-    origin: str  # "<study>#<trial>", or "<engine> defaults"
+    origin: str  # "<study>#<trial>" (joined by ORIGINS_SEP for a joined pick), or "<engine> defaults"
 
 
-def entrants(picks: list[tuple[str, StudyHandle, int | None]], *, defaults: bool = True
-             ) -> tuple[Space, list[Entrant]]:
-    """The picks (LABEL, study, trial or None for the study's recommendation) and, with
-    ``defaults``, each engine of the first study's space at its own defaults. The studies must
-    score the same objective on the same workloads, or their picks answer different questions."""
+def entrants(picks: list[tuple[str, StudyHandle, int | None]], *,
+             defaults: Iterable[str] | None = None) -> tuple[Space, list[Entrant]]:
+    """The picks (LABEL, study, trial or None for the study's recommendation), picks of the same
+    config joined into one entrant, then the engines in ``defaults`` (None: every engine of the
+    first study's space) at their own defaults. The studies must score the same objective on the
+    same workloads, or their picks answer different questions."""
     if not picks:
         raise InputError("name at least one pick: LABEL=STUDY or LABEL=STUDY:TRIAL")
     space = picks[0][1].space
     found: list[Entrant] = []
+    labels: set[str] = set()
     for label, handle, trial in picks:
         _same_question(space, picks[0][1].name, handle)
-        if label == schema.SEARCH or label.endswith(DEFAULTS_SUFFIX) or label in (e.label for e in found):
-            raise InputError(f"pick label {label!r}: use a distinct name that is not 'search' and "
-                             f"does not end in {DEFAULTS_SUFFIX!r}")
+        if (label == schema.SEARCH or label.endswith(DEFAULTS_SUFFIX) or label in labels
+                or JOINED in label or "," in label):
+            raise InputError(f"pick label {label!r}: use a distinct name that is not 'search', has no "
+                             f"{JOINED!r} or ',' and does not end in {DEFAULTS_SUFFIX!r}")
+        labels.add(label)
         first = _pick(handle, trial).first
         engine = first.user_attrs.get(schema.ENGINE) or next(iter(handle.space.engines))
         if engine not in space.engines:
             raise InputError(f"pick {label!r}: engine {engine!r} is not in the space of study "
                              f"{picks[0][1].name!r}")
-        found.append(Entrant(label, engine, dict(first.params), list(first.user_attrs.get(schema.OMIT) or []),
-                             f"{handle.name}#{first.number}"))
-    if defaults:
-        for engine in space.engines:
-            params, omitted = baseline_params(space, Baseline(name=engine + DEFAULTS_SUFFIX, engine=engine))
-            found.append(Entrant(engine + DEFAULTS_SUFFIX, engine, params, omitted, f"{engine} defaults"))
+        pick = Entrant(label, engine, dict(first.params), list(first.user_attrs.get(schema.OMIT) or []),
+                       f"{handle.name}#{first.number}")
+        same = next((i for i, e in enumerate(found) if _same_config(e, pick)), None)
+        if same is None:
+            found.append(pick)
+        else:
+            e = found[same]
+            found[same] = Entrant(e.label + JOINED + label, e.engine, e.params, e.omit,
+                                  e.origin + ORIGINS_SEP + pick.origin)
+    for engine in space.engines if defaults is None else defaults:
+        if engine not in space.engines:
+            raise InputError(f"--defaults-of {engine}: not an engine of the space of study "
+                             f"{picks[0][1].name!r} ({', '.join(space.engines)})")
+        params, omitted = baseline_params(space, Baseline(name=engine + DEFAULTS_SUFFIX, engine=engine))
+        found.append(Entrant(engine + DEFAULTS_SUFFIX, engine, params, omitted, f"{engine} defaults"))
     return space, found
+
+
+def _same_config(a: Entrant, b: Entrant) -> bool:
+    return a.engine == b.engine and a.params == b.params and sorted(a.omit) == sorted(b.omit)
 
 
 def _pick(handle: StudyHandle, trial: int | None) -> ConfigStats:

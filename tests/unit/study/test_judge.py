@@ -50,7 +50,7 @@ def test_picks_and_defaults_are_queued_round_by_round(searches, monkeypatch):
 
 def test_a_named_trial_is_judged_and_a_study_with_another_question_is_refused(searches):
     greedy = load("greedy", f"sqlite:///{searches}/greedy.db")
-    _, field = judge.entrants([("first", greedy, 0)], defaults=False)
+    _, field = judge.entrants([("first", greedy, 0)], defaults=[])
     assert [e.origin for e in field] == ["greedy#0"]
     other = load_space("cpu-smoke").model_copy(update={"workload": load_space("cpu-smoke").workload.model_copy(
         update={"num_prompts": 7})})
@@ -58,6 +58,32 @@ def test_a_named_trial_is_judged_and_a_study_with_another_question_is_refused(se
     elsewhere = load("elsewhere", f"sqlite:///{searches}/elsewhere.db")
     with pytest.raises(Exception, match="another workloads than study 'greedy'"):
         judge.entrants([("a", greedy, None), ("b", elsewhere, None)])
+
+
+def test_searches_that_picked_the_same_config_are_one_entrant(searches, monkeypatch):
+    monkeypatch.chdir(searches.parent)
+    stored_study(searches, "same", [ok_trial(40.0, {"max_num_seqs": 32, **CHUNKED}),
+                                    ok_trial(70.0, {"max_num_seqs": 16, **CHUNKED})])
+    greedy, same = load("greedy", f"sqlite:///{searches}/greedy.db"), load("same", f"sqlite:///{searches}/same.db")
+    _, field = judge.entrants([("greedy", greedy, None), ("again", same, None)], defaults=["vllm"])
+    assert [(e.label, e.origin) for e in field] == [("greedy+again", "greedy#1, same#1"),
+                                                    ("vllm-defaults", "vllm defaults")]
+    # a config with the same values whose knobs were left to the engine is another command line
+    _, field = judge.entrants([("greedy", greedy, 0), ("tpe", load("tpe", f"sqlite:///{searches}/tpe.db"), 0)],
+                              defaults=[])
+    assert [e.label for e in field] == ["greedy", "tpe"]
+
+    monkeypatch.setattr("tuner.cli.judge.run_with_progress", lambda *a, **k: None)  # no engine here
+    r = runner.invoke(app, ["judge", "j", "greedy=greedy", "again=same", "--no-defaults", "--launches", "1"])
+    assert r.exit_code == 0, r.output
+    assert "j: 1 entrants x 1 launches" in r.output
+    assert "greedy and again picked the same config (greedy#1, same#1): one entrant" in r.output
+    stored_study(searches, "joined", [ok_trial(v, {"max_num_seqs": 16, **CHUNKED}, "greedy+again",
+                                               judged="greedy#1, same#1") for v in (69.0, 70.0, 71.0)])
+    r = runner.invoke(app, ["judge", "joined"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "greedy+again's search (greedy): 2 launches" in r.output
+    assert "greedy+again's search (same): 2 launches" in r.output and "its pick was launch 2" in r.output
 
 
 def test_the_verdict_gives_each_entrant_its_interval_and_each_pick_its_change(searches):
@@ -92,6 +118,9 @@ def test_the_cli_prints_the_verdict_of_an_existing_judge(searches):
     (["judge", "j", "search=greedy"], "pick label 'search'"),
     (["judge", "j", "a=greedy:7"], "trial 7 is no feasible launch"),
     (["judge", "nothing"], "judge study 'nothing' does not exist"),
+    (["judge", "j", "a+b=greedy"], "pick label 'a+b'"),
+    (["judge", "j", "a=greedy", "--defaults-of", "trtllm"], "--defaults-of trtllm: not an engine of the space"),
+    (["judge", "j", "a=greedy", "--defaults-of", "vllm", "--no-defaults"], "--no-defaults and --defaults-of"),
 ])
 def test_bad_picks_exit_2_and_create_nothing(searches, args, message):
     r = runner.invoke(app, args)
