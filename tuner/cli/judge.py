@@ -65,7 +65,8 @@ def print_verdict(study, storage: Optional[str] = None) -> None:  # noqa: ANN001
         iv = r.interval
         value = "not measured" if iv.value is None else f"geometric mean {iv.value:,.2f}"
         interval = f"[{iv.low:,.2f}, {iv.high:,.2f}]" if iv.low is not None else f"({iv.note})"
-        console.print(f"  {r.label} ({r.origin}): {value} {interval}, n={len(r.values)}, "
+        bracket = f", {b}" if (b := verdict.resolution(r)) else ""
+        console.print(f"  {r.label} ({r.origin}): {value} {interval}, n={len(r.values)}{bracket}, "
                       f"refused {r.refused}, {r.seconds / 60:.1f} GPU min", highlight=False, soft_wrap=True)
     for pick, base, c in verdict.head_to_head(rows):
         console.print(f"  {pick.label} vs {base.label}: {c.describe()}", highlight=False, soft_wrap=True)

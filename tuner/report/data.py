@@ -111,16 +111,31 @@ class LoadRow:
     runs: int
 
 
+def lowest_miss(t: FrozenTrial, scales: dict[str, float]) -> tuple[float, dict] | None:
+    """The run of a max-load trial that missed the SLOs at the lowest load, with that load in the
+    first workload's units: with the value, it brackets the load the config sustains (the search's
+    resolution there). None when no run missed. ``scales``: each workload's load_scale."""
+    missed = [(p["load"] / scales.get(p.get("workload", ""), 1.0), p)
+              for p in t.user_attrs.get(schema.LOAD_CURVE) or [] if not p.get("met")]
+    return min(missed, key=lambda m: m[0]) if missed else None
+
+
+def load_scales(study: optuna.Study) -> dict[str, float]:
+    """Each workload's load_scale in the study's stored space (none: every run in one unit)."""
+    return _scales(_stored_space(study))
+
+
+def _scales(space: Space | None) -> dict[str, float]:
+    return {w.name: w.load_scale for w in space.all_workloads()} if space else {}
+
+
 def _load(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
-    """``scales``: each workload's load_scale, to set its runs' loads in the first one's units."""
     curve = t.user_attrs.get(schema.LOAD_CURVE)
     if not curve:
         return None
-    missed = [p for p in curve if not p.get("met")]
     capped = ""
-    if missed:
-        # The miss at the lowest load, in the first workload's units, brackets the value.
-        last = min(missed, key=lambda p: p["load"] / scales.get(p.get("workload", ""), 1.0))
+    if (lowest := lowest_miss(t, scales)) is not None:
+        last = lowest[1]
         over = ", ".join(_over(last, name, by) for name, by in (last.get("slack") or {}).items()
                          if by > 0)
         capped = f"{last.get('workload', '')} at {last['load']:g}: {over}".strip()
@@ -430,7 +445,7 @@ def build(study: optuna.Study) -> ReportData:
     cmp = _comparison(study, best, base, notes)
     imp, imp_note = importances(study)
     space = _stored_space(study)
-    scales = {w.name: w.load_scale for w in space.all_workloads()} if space else {}
+    scales = _scales(space)
     return ReportData(
         study=study.study_name,
         generated=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, tuner {__version__}",

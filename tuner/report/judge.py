@@ -9,6 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.record import schema
+from tuner.report.data import load_scales, lowest_miss
 from tuner.report.stats import Change, Interval, change, log_t_interval
 from tuner.study.judge import DEFAULTS_SUFFIX, ORIGINS_SEP
 from tuner.study.lifecycle import FINISHED, trials_table
@@ -23,6 +24,7 @@ class Standing:
     engine: str
     params: dict
     values: list[float] = field(default_factory=list)
+    missed: list[float | None] = field(default_factory=list)  # max load: each launch's lowest miss
     refused: int = 0
     seconds: float = 0.0
 
@@ -34,6 +36,7 @@ class Standing:
 def standings(study: optuna.Study) -> list[Standing]:
     """Each entrant's finished launches, in the order they were entered."""
     rows: dict[str, Standing] = {}
+    scales = load_scales(study)
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         label = t.user_attrs.get(schema.ARM)
         if schema.JUDGED not in t.user_attrs or label is None:
@@ -45,9 +48,22 @@ def standings(study: optuna.Study) -> list[Standing]:
         row.seconds += _seconds(t)
         if schema.is_feasible(t) and t.value is not None:
             row.values.append(float(t.value))
+            if t.user_attrs.get(schema.LOAD_CURVE):
+                row.missed.append(lowest[0] if (lowest := lowest_miss(t, scales)) else None)
         else:
             row.refused += 1
     return list(rows.values())
+
+
+def resolution(row: Standing) -> str:
+    """What brackets a max-load entrant's values from above: the lowest load each launch missed.
+    Values on the search's grid can agree exactly, and an interval of identical values has no
+    width; this says how far the next load tried was."""
+    if not row.missed:
+        return ""
+    shown = ["none" if m is None else f"{m:g}" for m in row.missed]
+    return f"lowest load missed {shown[0]} (each launch)" if len(set(shown)) == 1 and len(shown) > 1 \
+        else "lowest loads missed " + ", ".join(shown)
 
 
 def _seconds(t: FrozenTrial) -> float:

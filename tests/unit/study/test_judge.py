@@ -159,3 +159,19 @@ def test_the_verdict_says_what_each_pick_s_search_spent(searches):
     assert ("tpe's search (found): 3 launches, 10.0 GPU min, 1 refused by the engine, "
             "1 ruled out before a launch; its pick was launch 3") in r.output
     assert "gone's search: study 'elsewhere' is not in this storage" in r.output
+
+
+def test_a_max_load_entrant_shows_the_lowest_load_each_launch_missed(searches):
+    def launch(label, value, missed):
+        curve = [{"workload": "w", "load": value, "met": True}]
+        curve += [{"workload": "w", "load": missed, "met": False}] if missed else []
+        return ok_trial(value, {"max_num_seqs": 8, **CHUNKED}, label, judged=f"{label}#0",
+                        **{schema.LOAD_CURVE: curve})
+    stored_study(searches, "loads", [launch("a", 60.0, 64.0), launch("b", 60.0, 64.0), launch("a", 60.0, 64.0),
+                                     launch("b", 56.0, 60.0), launch("a", 60.0, 64.0), launch("b", 64.0, None)])
+    rows = verdict.standings(load("loads", f"sqlite:///{searches}/loads.db").study)
+    assert [verdict.resolution(r) for r in rows] == ["lowest load missed 64 (each launch)",
+                                                     "lowest loads missed 64, 60, none"]
+    r = runner.invoke(app, ["judge", "loads"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "a (a#0): geometric mean 60.00 [60.00, 60.00], n=3, lowest load missed 64 (each launch)" in r.output
