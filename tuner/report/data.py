@@ -412,7 +412,14 @@ def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats
               f"{base.first.number} ({base.n} run(s))")
     if min(best.n, base.n) < MIN_RUNS:
         source += "; `tune confirm` or `tune evaluate` adds repeats and intervals"
+    if schema.MAX_LOAD in best.first.user_attrs:
+        source += ("; each config's metrics are its runs at the load it sustained "
+                   f"({_load_value(base.first)} and {_load_value(best.first)}), not at one shared load")
     return _Comparison(_search_rows(study, best, base), source, best.first.number, base.arm)
+
+
+def _load_value(t: FrozenTrial) -> str:
+    return f"{float(t.user_attrs.get(schema.MAX_LOAD) or 0.0):g}"
 
 
 def _stored_space(study: optuna.Study) -> Space | None:
