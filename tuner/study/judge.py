@@ -71,8 +71,11 @@ def entrants(picks: list[tuple[str, StudyHandle, int | None]], *,
             found.append(pick)
         else:
             e = found[same]
+            origins = e.origin.split(ORIGINS_SEP)
+            if pick.origin not in origins:
+                origins.append(pick.origin)
             found[same] = Entrant(e.label + JOINED + label, e.engine, e.params, e.omit,
-                                  e.origin + ORIGINS_SEP + pick.origin)
+                                  ORIGINS_SEP.join(origins))
     for engine in space.engines if defaults is None else defaults:
         if engine not in space.engines:
             raise InputError(f"--defaults-of {engine}: not an engine of the space of study "

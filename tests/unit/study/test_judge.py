@@ -68,6 +68,8 @@ def test_searches_that_picked_the_same_config_are_one_entrant(searches, monkeypa
     _, field = judge.entrants([("greedy", greedy, None), ("again", same, None)], defaults=["vllm"])
     assert [(e.label, e.origin) for e in field] == [("greedy+again", "greedy#1, same#1"),
                                                     ("vllm-defaults", "vllm defaults")]
+    _, field = judge.entrants([("greedy", greedy, None), ("twice", greedy, 1)], defaults=[])
+    assert [(e.label, e.origin) for e in field] == [("greedy+twice", "greedy#1")]
     # a config with the same values whose knobs were left to the engine is another command line
     _, field = judge.entrants([("greedy", greedy, 0), ("tpe", load("tpe", f"sqlite:///{searches}/tpe.db"), 0)],
                               defaults=[])
