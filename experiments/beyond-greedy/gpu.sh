@@ -8,8 +8,9 @@
 #                   committed under data/ for this GPU kind), then run the
 #                   steps in the background, in order: each is a space beside this file, started
 #                   (or resumed, when its study exists) with `tune start`; the step `judge` runs
-#                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` on the
-#                   imported arms; with MINUTES=N the steps end by then, between trials
+#                   `tune judge bg-judge greedy=bg-greedy tpe=bg-tpe --no-defaults` (or
+#                   $JUDGE_DEFAULTS) on the imported arms; with MINUTES=N the steps end by then,
+#                   between trials, and none starts with less than TRIAL_S (360) seconds left
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
 #   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export, and
 #                   the engines' caches in parts (engine-caches.partNN) for the next machine
