@@ -139,8 +139,7 @@ def _load(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
         over = ", ".join(_over(last, name, by) for name, by in (last.get("slack") or {}).items()
                          if by > 0)
         capped = f"{last.get('workload', '')} at {last['load']:g}: {over}".strip()
-    return LoadRow(t.number, t.user_attrs.get(schema.ARM, "search"),
-                   float(t.user_attrs.get(schema.MAX_LOAD) or 0.0), capped, len(curve))
+    return LoadRow(t.number, t.user_attrs.get(schema.ARM, "search"), _sustained(t), capped, len(curve))
 
 
 def _over(run: dict, name: str, by: float) -> str:
@@ -414,12 +413,13 @@ def _comparison(study: optuna.Study, best: ConfigStats | None, base: ConfigStats
         source += "; `tune confirm` or `tune evaluate` adds repeats and intervals"
     if schema.MAX_LOAD in best.first.user_attrs:
         source += ("; each config's metrics are its runs at the load it sustained "
-                   f"({_load_value(base.first)} and {_load_value(best.first)}), not at one shared load")
+                   f"({_sustained(base.first):g} and {_sustained(best.first):g}), not at one shared load")
     return _Comparison(_search_rows(study, best, base), source, best.first.number, base.arm)
 
 
-def _load_value(t: FrozenTrial) -> str:
-    return f"{float(t.user_attrs.get(schema.MAX_LOAD) or 0.0):g}"
+def _sustained(t: FrozenTrial) -> float:
+    """The load a max-load trial sustained within the SLOs (0 where it met none)."""
+    return float(t.user_attrs.get(schema.MAX_LOAD) or 0.0)
 
 
 def _stored_space(study: optuna.Study) -> Space | None:

@@ -62,8 +62,9 @@ def resolution(row: Standing) -> str:
     if not row.missed:
         return ""
     shown = ["none" if m is None else f"{m:g}" for m in row.missed]
-    return f"lowest load missed {shown[0]} (each launch)" if len(set(shown)) == 1 and len(shown) > 1 \
-        else "lowest loads missed " + ", ".join(shown)
+    if len(set(shown)) > 1:
+        return "lowest loads missed " + ", ".join(shown)
+    return f"lowest load missed {shown[0]}" + (" (each launch)" if len(shown) > 1 else "")
 
 
 def _seconds(t: FrozenTrial) -> float:

@@ -38,7 +38,12 @@ class Entrant:
     engine: str
     params: dict
     omit: list[str]
-    origin: str  # "<study>#<trial>" (joined by ORIGINS_SEP for a joined pick), or "<engine> defaults"
+    origins: tuple[str, ...]  # "<study>#<trial>" of each search that picked it, or ("<engine> defaults",)
+
+    @property
+    def origin(self) -> str:
+        """As the judge's trials record it (``schema.JUDGED``)."""
+        return ORIGINS_SEP.join(self.origins)
 
 
 def entrants(picks: list[tuple[str, StudyHandle, int | None]], *,
@@ -65,23 +70,20 @@ def entrants(picks: list[tuple[str, StudyHandle, int | None]], *,
             raise InputError(f"pick {label!r}: engine {engine!r} is not in the space of study "
                              f"{picks[0][1].name!r}")
         pick = Entrant(label, engine, dict(first.params), list(first.user_attrs.get(schema.OMIT) or []),
-                       f"{handle.name}#{first.number}")
+                       (f"{handle.name}#{first.number}",))
         same = next((i for i, e in enumerate(found) if _same_config(e, pick)), None)
         if same is None:
             found.append(pick)
         else:
             e = found[same]
-            origins = e.origin.split(ORIGINS_SEP)
-            if pick.origin not in origins:
-                origins.append(pick.origin)
             found[same] = Entrant(e.label + JOINED + label, e.engine, e.params, e.omit,
-                                  ORIGINS_SEP.join(origins))
+                                  tuple(dict.fromkeys(e.origins + pick.origins)))
     for engine in space.engines if defaults is None else defaults:
         if engine not in space.engines:
             raise InputError(f"--defaults-of {engine}: not an engine of the space of study "
                              f"{picks[0][1].name!r} ({', '.join(space.engines)})")
         params, omitted = baseline_params(space, Baseline(name=engine + DEFAULTS_SUFFIX, engine=engine))
-        found.append(Entrant(engine + DEFAULTS_SUFFIX, engine, params, omitted, f"{engine} defaults"))
+        found.append(Entrant(engine + DEFAULTS_SUFFIX, engine, params, omitted, (f"{engine} defaults",)))
     return space, found
 
 
