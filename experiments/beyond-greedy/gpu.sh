@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU side of this experiment, on a lent machine with one GPU, torch preinstalled, no network,
-# no container runtime, whose calls carry at most 64 MiB each and whose /tmp lasts while it stays
-# warm. Run from the checkout's root; README.md beside this file gives the calls in order.
-#   stage           keep what this call carried (.kits/<kit>/*, .whl/*, .gpu-state/*) under /tmp
+# The GPU side of this experiment, on a host with one GPU, torch preinstalled, no network and no
+# container runtime, that runs one command at a time from a copy of the checkout, each bringing at
+# most 64 MiB of files, and keeps /tmp between commands that follow closely. Run from the checkout's
+# root; README.md beside this file gives the commands in order.
+#   stage           keep what this command brought (.kits/<kit>/*, .whl/*, .gpu-state/*) under /tmp
 #   start STEP...   install once (the tuner's missing dependencies, each staged engine kit into its
 #                   own folder), write the model shapes, import carried studies (else the arms
 #                   committed under data/ for this GPU kind), then run the
@@ -13,8 +14,8 @@
 #                   between trials, and none starts with less than TRIAL_S (360) seconds left
 #   poll [S]        wait up to S seconds (default 420) while the steps run; progress; export
 #   finish          stop the steps (SIGTERM: the running trial's engine is stopped), export, and
-#                   the engines' caches in parts (engine-caches.partNN) for the next machine
-# Every phase leaves `tune export` of each study in $OUT, so a call cut short still returns data.
+#                   the engines' caches in parts (engine-caches.partNN) for the next host
+# Every phase leaves `tune export` of each study in $OUT, so a command cut short still returns data.
 set -uo pipefail
 PHASE="${1:?phase: stage|start|poll|finish}"
 OUT="${OUT:-/tmp/out}"
@@ -35,9 +36,9 @@ export_all() {
   done
   cp "$STATE/queue.log" "$OUT/" 2>/dev/null
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"
-  # The engines' kernel and compile caches, so that the next machine's first launches hit them
+  # The engines' kernel and compile caches, so that the next host's first launches hit them
   # (SGLang's first prefill CUDA-graph capture compiles Triton kernels for minutes, vLLM's
-  # DeepGEMM warm-up for an FP8 checkpoint JIT-compiles for minutes), in 15 MiB parts: a call
+  # DeepGEMM warm-up for an FP8 checkpoint JIT-compiles for minutes), in 15 MiB parts: a command
   # returns at most 8 files of 16 MiB, so the parts take the places the other files leave. Only
   # once no step runs: compressing them beside a benchmark would take CPU from its client.
   if [ -d "$TUNER_CACHE/engine-caches" ] && ! alive; then
@@ -103,7 +104,7 @@ start)
   steps=("${@:2}")
   [ ${#steps[@]} -gt 0 ] || { echo "name the steps: ${HERE}/*.yaml stems" >&2; exit 2; }
   # MINUTES=N: the steps end by then, between trials (tune's --timeout-s), so that `finish` cuts
-  # no trial: the machine's device time left, less a minute or two for `finish`.
+  # no trial: the host's time left, less a minute or two for `finish`.
   rm -f "$STATE/deadline"
   [ -n "${MINUTES:-}" ] && echo $(( $(date +%s) + MINUTES * 60 )) > "$STATE/deadline"
   setsid bash "$0" queue "${steps[@]}" >> "$STATE/queue.log" 2>&1 < /dev/null &
@@ -111,7 +112,7 @@ start)
   stamp "steps started (pid $(cat "$STATE/queue.pid")): ${steps[*]}"
   sleep 20; tail -n 5 "$STATE/queue.log"
   ;;
-queue)   # start's background part, in a session of its own so that it outlives the call
+queue)   # start's background part, in a session of its own so that it outlives the command
   trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
   for step in "${@:2}"; do
     limit=()
@@ -122,7 +123,7 @@ queue)   # start's background part, in a session of its own so that it outlives 
       [ "$left" -ge "${TRIAL_S:-360}" ] || { stamp "step $step: less than a trial's time left before the deadline"; continue; }
       limit=(--timeout-s "$left")
     fi
-    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one machine's
+    if [ "$step" = judge ]; then   # the arms' picks, 3 launches each: 6 launches fit one host's
                                    # 30 minutes with the engine caches carried; the arms measured
                                    # the engines' defaults once each
       stamp "step judge"

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md"),
-                *(ROOT / "experiments").glob("*/README.md")])
+# The pages, and the comments of the spaces, which name the findings they produced.
+PAGES = sorted([ROOT / "README.md", ROOT / "studies" / "README.md", ROOT / "benchmarks" / "README.md",
+                *(ROOT / "docs").rglob("*.md"), *(ROOT / "experiments").glob("*/README.md"),
+                *(ROOT / "experiments").rglob("*.yaml"), *(ROOT / "search_spaces").glob("*.yaml")])
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # A path into this repository's top-level folders; one preceded by a word or a slash (vLLM's
 # vllm/benchmarks/serve.py) is another project's, one after REV: is in the repository's history.
-PATH = re.compile(r"(?<![\w/.:^-])((?:benchmarks|experiments|scripts|search_spaces|tests|tuner)/[\w./-]*\w)")
+PATH = re.compile(r"(?<![\w/.:^-])((?:benchmarks|docs|engines|experiments|scripts|search_spaces|studies|tests|tuner)/[\w./-]*\w)")
 # Only in the wheel (pyproject's force-include).
 WHEEL_ONLY = "tuner/_data"
 # A fenced block that first checks out another revision names that revision's paths.
