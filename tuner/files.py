@@ -73,3 +73,25 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def check_output_path(path: Path, what: str) -> Path:
+    """``path`` unless it is a folder or lies under a file: an InputError naming it, before any
+    work is done for it."""
+    if path.is_dir():
+        raise InputError(f"{what} {path}: is a directory; name a file")
+    above = next((p for p in path.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise InputError(f"{what} {path}: {above} is a file, not a folder")
+    return path
+
+
+def write_output(path: Path, data: str | bytes, what: str) -> Path:
+    """``write_atomic`` for a file the user named (``what``: its flag or role): a path that cannot
+    be written (a folder, a file where a folder should be, no permission) is an InputError naming
+    it, and nothing is left in its place."""
+    path = check_output_path(Path(path), what)
+    try:
+        return write_atomic(path, data)
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None

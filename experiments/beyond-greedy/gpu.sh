@@ -32,7 +32,7 @@ export_all() {
   for db in "$TUNER_STUDIES_DIR"/*.db; do
     [ -f "$db" ] || continue
     study=$(basename "$db" .db)
-    "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz" >/dev/null 2>&1 || stamp "export of $study failed"
+    "${TUNE[@]}" export "$study" "$OUT/$study.tar.gz" --force >/dev/null 2>&1 || stamp "export of $study failed"
   done
   cp "$STATE/queue.log" "$OUT/" 2>/dev/null
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader > "$OUT/gpu.txt"

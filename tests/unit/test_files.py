@@ -13,7 +13,7 @@ from tuner.bench.datasets import sample_sharegpt
 from tuner.engines.model_config import read_model_config
 from tuner.engines.spec import EngineSpec
 from tuner.errors import InputError
-from tuner.files import read_text, write_atomic
+from tuner.files import read_text, write_atomic, write_output
 from tuner.record.transfer import import_study
 from tuner.report.evaluate import resolve_workloads
 from tuner.space import load_space
@@ -122,3 +122,19 @@ def _umask() -> int:
     old = os.umask(0)
     os.umask(old)
     return old
+
+
+@pytest.mark.parametrize("target, why", [("folder", "is a directory; name a file"),
+                                         ("afile/out.txt", "afile is a file, not a folder")])
+def test_an_output_path_that_cannot_be_a_file_is_named_and_nothing_is_written(tmp_path, target, why):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match=f"--out {tmp_path / target}: .*{why}"):
+        write_output(tmp_path / target, "data", "--out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "folder"]
+    assert not list((tmp_path / "folder").iterdir()) and (tmp_path / "afile").read_text() == "x"
+
+
+def test_an_output_the_system_refuses_is_named_with_its_reason(tmp_path):
+    with pytest.raises(InputError, match="--save-prior /proc/p.json: cannot write: "):
+        write_output(Path("/proc/p.json"), "{}", "--save-prior")

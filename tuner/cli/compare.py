@@ -11,8 +11,8 @@ import typer
 
 from tuner.cli.common import console, study_and_trial, url
 from tuner.engines.hardware import profile
-from tuner.errors import InputError
 from tuner.estimate import get_estimator
+from tuner.files import write_output
 from tuner.report.compare import compare
 from tuner.report.gap import gap, predicted_rows
 from tuner.study.lifecycle import load
@@ -67,10 +67,7 @@ def gap_command(
     if out is not None:
         doc = {"studies": [h.name for h in handles], "gpu": gpu, "estimator": estimator, "metric": metric, "gap": found,
                "configs": [{**r.__dict__, "measured": r.measured} for r in rows]}
-        try:
-            out.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        write_output(out, json.dumps(doc, indent=2) + "\n", "--out")
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from tuner import doctor as doctor_mod
 from tuner import downloads
 from tuner.cli.common import console, err, fail, url
 from tuner.errors import InputError
-from tuner.files import write_atomic
+from tuner.files import write_output
 from tuner.record import results
 from tuner.space import load_space
 from tuner.study import load
@@ -99,7 +99,7 @@ def deploy(
     if out is None:
         print(text, end="" if text.endswith("\n") else "\n")
         return
-    write_atomic(out, text)  # a half-written manifest never takes the file's place
+    write_output(out, text, "--out")  # a half-written manifest never takes the file's place
     err.print(f"{fmt} for trial {chosen.number} written to {out}", highlight=False)
 
 

@@ -29,11 +29,7 @@ def report(
 ) -> None:
     """Write a report: what to run, per-workload gains with intervals, plots, failures, environment."""
     FORMATS.get(fmt)  # an unknown format fails before the study is read
-    try:
-        path = write_report(load_optuna_study(study, url(storage, study)), out or Path(f"{study}-report.{fmt}"), fmt)
-    except OSError as exc:
-        err.print(f"[bold red]error:[/] cannot write {out}: {exc.strerror or exc}", highlight=False)
-        raise typer.Exit(2)
+    path = write_report(load_optuna_study(study, url(storage, study)), out or Path(f"{study}-report.{fmt}"), fmt)
     err.print(f"report written to {path}", highlight=False)
 
 

@@ -16,10 +16,11 @@ def export_cmd(
     study: str = typer.Argument(..., help="Study name."),
     file: Path = typer.Argument(..., help="Archive to write (.tar.gz)."),
     storage: Optional[str] = typer.Option(None, help="SQLAlchemy URL."),
+    force: bool = typer.Option(False, "--force", help="Replace FILE if it exists."),
 ) -> None:
     """Write a study with its trials, attrs, artifacts and logs to one archive."""
     from tuner.record.transfer import export_study
-    out = export_study(study, url(storage, study), file)
+    out = export_study(study, url(storage, study), file, force=force)
     console.print(f"exported {study} to {out}", highlight=False)
 
 

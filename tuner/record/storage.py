@@ -7,6 +7,7 @@ Artifacts and logs sit beside an SQLite file, or under ``studies/`` for server d
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -29,8 +30,21 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+# A study's name is also a file name (its SQLite database, and its files folder beside any
+# storage), so it is one path component; a space's name, its default study name, follows it too.
+STUDY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def check_study_name(name: str) -> str:
+    """``name`` if it can name a study's files; otherwise an InputError naming it."""
+    if not re.fullmatch(STUDY_NAME, name):
+        raise InputError(f"study name {name!r}: use letters, digits, '.', '_' and '-', starting with "
+                         "a letter or digit (it names the study's files)")
+    return name
+
+
 def default_url(study_name: str) -> str:
-    return f"sqlite:///{studies_dir() / (study_name + '.db')}"
+    return f"sqlite:///{studies_dir() / (check_study_name(study_name) + '.db')}"
 
 
 def _parse(url: str):
@@ -70,19 +84,25 @@ def open_storage(url: str, *, create: bool = False) -> optuna.storages.BaseStora
     if journal is not None:
         if not create and not journal.exists():
             raise InputError(f"no study journal at {journal}")
-        private_dir(journal.parent)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+        try:
+            private_dir(journal.parent)
+            return optuna.storages.JournalStorage(JournalFileBackend(str(journal)))
+        except OSError as exc:
+            raise InputError(f"--storage {url!r}: cannot create {journal}: {exc.strerror or exc}") from None
     parsed = _parse(url)
     engine_kwargs = {}
     db = sqlite_path(url)
     if db is not None:
         if not create and not db.exists():
             raise InputError(f"no study database at {db}")
-        private_dir(db.parent)
         # Readers such as the dashboard must not make the writer fail with "database is locked".
         engine_kwargs = {"connect_args": {"timeout": 30}}
-        if create and not db.exists():
-            _create_sqlite(db, engine_kwargs)
+        try:
+            private_dir(db.parent)
+            if create and not db.exists():
+                _create_sqlite(db, engine_kwargs)
+        except OSError as exc:
+            raise InputError(f"--storage {url!r}: cannot create {db}: {exc.strerror or exc}") from None
     elif parsed.get_backend_name() == "sqlite":
         raise InputError(f"--storage {url!r}: an in-memory SQLite study cannot be resumed; "
                          "give a file path")
@@ -147,7 +167,7 @@ def data_dir(url: str, study_name: str) -> Path:
     """The folder holding this study's artifacts and trial logs."""
     path = sqlite_path(url) or journal_path(url)
     base = path.parent if path is not None else studies_dir()
-    return (base / f"{study_name}-files").resolve()
+    return (base / f"{check_study_name(study_name)}-files").resolve()
 
 
 def artifact_store(url: str, study_name: str) -> FileSystemArtifactStore:

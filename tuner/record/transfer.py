@@ -20,18 +20,22 @@ import optuna
 
 from tuner import __version__
 from tuner.errors import InputError
-from tuner.files import check_readable, read_text
+from tuner.files import check_output_path, check_readable, read_text
 from tuner.record import schema
-from tuner.record.storage import data_dir, open_storage, require_study, study_names
+from tuner.record.storage import check_study_name, data_dir, open_storage, require_study, study_names
 
 FORMAT = 1
 
 
-def export_study(name: str, url: str, out: Path) -> Path:
-    """Write ``out`` (a .tar.gz) atomically: a partial archive never takes its place."""
+def export_study(name: str, url: str, out: Path, *, force: bool = False) -> Path:
+    """Write ``out`` (a .tar.gz) atomically: a partial archive never takes its place, and an
+    existing file is replaced only with ``force``."""
     require_study(name, url)
     out = out.expanduser().resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(out, "archive")
+    if out.exists() and not force:
+        raise InputError(f"archive {out}: exists; pass --force to replace it")
+    partial = out.with_name(out.name + ".partial")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         optuna.copy_study(from_study_name=name, from_storage=open_storage(url),
@@ -42,14 +46,20 @@ def export_study(name: str, url: str, out: Path) -> Path:
                     "trials": len(study.trials),
                     "fingerprint": study.user_attrs.get(schema.FINGERPRINT)}
         (tmp_path / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        partial = out.with_name(out.name + ".partial")
-        with tarfile.open(partial, "w:gz") as tar:
-            tar.add(tmp_path / "manifest.json", "manifest.json")
-            tar.add(tmp_path / "study.db", "study.db")
-            files = data_dir(url, name)
-            if files.exists():
-                tar.add(files, "files")
-        partial.replace(out)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(partial, "w:gz") as tar:
+                tar.add(tmp_path / "manifest.json", "manifest.json")
+                tar.add(tmp_path / "study.db", "study.db")
+                files = data_dir(url, name)
+                if files.exists():
+                    tar.add(files, "files")
+            partial.replace(out)
+        except OSError as exc:
+            raise InputError(f"archive {out}: cannot write: {exc.strerror or exc}") from None
+        finally:
+            if partial.exists():
+                partial.unlink()
     return out
 
 
@@ -64,15 +74,30 @@ def import_study(archive: Path, url_for: callable, *, name: str | None = None) -
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         source = _unpack(archive, tmp_path)
-        target = name or source
+        target = check_study_name(name or source)
         url = url_for(target)
         if target in study_names(url):
             raise InputError(f"study {target!r} already exists in {url}; import with --name NEW")
-        optuna.copy_study(from_study_name=source, from_storage=_source_url(tmp_path),
-                          to_storage=open_storage(url, create=True), to_study_name=target)
-        _interrupt_running(optuna.load_study(study_name=target, storage=open_storage(url)))
-        if (tmp_path / "files").exists():
-            shutil.copytree(tmp_path / "files", data_dir(url, target), dirs_exist_ok=True)
+        files = data_dir(url, target)
+        if files.exists() and not files.is_dir():
+            raise InputError(f"study {target!r}: {files} is a file, where the study's files go; "
+                             "move it or import with --name NEW")
+        storage = open_storage(url, create=True)
+        try:
+            optuna.copy_study(from_study_name=source, from_storage=_source_url(tmp_path),
+                              to_storage=storage, to_study_name=target)
+            _interrupt_running(optuna.load_study(study_name=target, storage=storage))
+            if (tmp_path / "files").exists():
+                shutil.copytree(tmp_path / "files", files, dirs_exist_ok=True)
+        except BaseException as exc:
+            # A study without its artifacts and logs would be refused on a second import
+            # ("already exists"): take it out again, so the import can simply be repeated.
+            if target in study_names(url):
+                optuna.delete_study(study_name=target, storage=storage)
+            if isinstance(exc, OSError):
+                raise InputError(f"study {target!r}: cannot write its files to {files}: "
+                                 f"{exc.strerror or exc}; nothing was imported") from None
+            raise
     return target, url
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import optuna
 
-from tuner.files import write_atomic
+from tuner.files import write_output
 from tuner.registry import Registry
 from tuner.report import data as report_data
 from tuner.report import markdown
@@ -33,4 +33,4 @@ def render(study: optuna.Study, fmt: str) -> str:
 
 def write_report(study: optuna.Study, out: Path, fmt: str = "html") -> Path:
     """Render and write atomically: a browser reloading or a CI upload never sees half a file."""
-    return write_atomic(out, render(study, fmt))
+    return write_output(out, render(study, fmt), "report")

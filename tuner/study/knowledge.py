@@ -24,7 +24,7 @@ from tuner.configs.predict import predict_objective
 from tuner.configs.rules import check
 from tuner.engines.hardware import Hardware, detect, profile
 from tuner.errors import InputError
-from tuner.files import read_text, write_atomic
+from tuner.files import read_text, write_output
 from tuner.estimate import get_estimator
 from tuner.record import schema
 from tuner.space import ENGINE_PARAM, Space
@@ -126,7 +126,7 @@ def save_predictions(space: Space, path: Path, *, seed: int = 0) -> Knowledge:
         raise InputError(f"space {space.name!r}: the model predicted no config{why}; nothing to save")
     doc = {"format": PREDICTIONS_FORMAT, "space": space.name, "metric": space.objective.targets()[0].metric,
            "engines": sorted(space.engines), **found.to_attr()}
-    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    write_output(path, json.dumps(doc, indent=1) + "\n", "--save-prior")
     return found
 
 

@@ -153,3 +153,49 @@ def test_journal_storage_roundtrip(tmp_path, vllm_bin, tiny_model_path):
     assert study_mod.load("j", url).space == h.space
     with pytest.raises(InputError, match="no study journal at"):
         open_storage(str(tmp_path / "missing.journal"))
+
+
+def test_export_replaces_a_file_only_with_force(handle, tmp_path):
+    archive = tmp_path / "moved.tar.gz"
+    archive.write_text("someone's notes")
+    r = runner.invoke(app, ["export", "moved", str(archive)])
+    assert r.exit_code == 2 and f"archive {archive}: exists; pass --force to replace it" in r.output
+    assert archive.read_text() == "someone's notes"
+    assert runner.invoke(app, ["export", "moved", str(archive), "--force"]).exit_code == 0
+    assert tarfile.is_tarfile(archive)
+
+
+@pytest.mark.parametrize("where, why", [("folder", "is a directory; name a file"),
+                                        ("afile/x.tar.gz", "afile is a file, not a folder")])
+def test_export_to_an_unusable_path_is_named_and_leaves_nothing(handle, tmp_path, where, why):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = runner.invoke(app, ["export", "moved", str(tmp_path / where)])
+    assert r.exit_code == 2 and why in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and not list((tmp_path / "folder").iterdir())
+
+
+def test_an_import_whose_files_cannot_be_written_takes_the_study_out_again(handle, tmp_path, monkeypatch):
+    """A study without its artifacts would be refused on a second import ("already exists")."""
+    archive = tmp_path / "moved.tar.gz"
+    assert runner.invoke(app, ["export", "moved", str(archive)]).exit_code == 0
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as m:
+        m.setattr("tuner.record.transfer.shutil.copytree", disk_full)
+        r = runner.invoke(app, ["import", str(archive), "--name", "again"])
+    assert r.exit_code == 2
+    assert "study 'again': cannot write its files to" in r.output and "nothing was imported" in r.output
+    r = runner.invoke(app, ["import", str(archive), "--name", "again"])
+    assert r.exit_code == 0, r.output
+    assert len(study_mod.load("again", default_url("again")).study.trials) == 2
+
+
+def test_an_import_name_is_one_file_name(handle, tmp_path):
+    archive = tmp_path / "moved.tar.gz"
+    assert runner.invoke(app, ["export", "moved", str(archive)]).exit_code == 0
+    r = runner.invoke(app, ["import", str(archive), "--name", "../evil"])
+    assert r.exit_code == 2 and "study name '../evil'" in r.output
+    assert not (tmp_path / "evil.db").exists() and not (tmp_path / "evil-files").exists()
