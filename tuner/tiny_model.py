@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import shutil
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -160,7 +162,7 @@ def save_fp8_variant(src: Path, dst: Path, *, device: str = "cuda") -> Path:
                          f"({exc})") from None
     dst = dst.expanduser().resolve()
     if (dst / "config.json").exists():
-        raise FileExistsError(f"{dst} already holds a model (config.json); remove it first")
+        raise InputError(f"{dst} already holds a model (config.json); remove it first")
     quantization = TorchAoConfig(Float8DynamicActivationFloat8WeightConfig())
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16, device_map=device,
                                                  quantization_config=quantization)
@@ -264,29 +266,55 @@ def train_tokenizer(out_dir: Path) -> None:
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
 
 
+def check_target(out_dir: Path) -> Path:
+    """``out_dir`` resolved, if a model can be written there: it is absent or an empty folder, and
+    the folder above it takes new entries. Otherwise InputError naming the path and what is wrong."""
+    out_dir = out_dir.expanduser().resolve()
+    base = out_dir.parent
+    try:
+        base = next(p for p in out_dir.parents if p.exists())
+        if out_dir.is_dir():
+            if (out_dir / "config.json").exists():
+                raise InputError(f"{out_dir} already holds a model (config.json); remove it first")
+            if any(out_dir.iterdir()):
+                raise InputError(f"{out_dir} is a folder that is not empty; name a new or empty one")
+        elif out_dir.exists():
+            raise InputError(f"{out_dir} is a file, not a folder")
+        if not base.is_dir():
+            raise InputError(f"{out_dir}: {base} is a file, not a folder")
+        # Creating a folder is the one test that covers permissions, read-only mounts and /proc.
+        os.rmdir(tempfile.mkdtemp(prefix=".tune-probe-", dir=base))
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot create a folder in {base} ({exc.strerror or exc})") from None
+    return out_dir
+
+
 def build(out_dir: Path, *, config: dict | None = None) -> Path:
     """Write config, generation config and tokenizer into ``out_dir`` atomically.
 
-    The folder is assembled beside the target and renamed into place, so an interrupted build never
-    leaves a half-written model that a later run would take for a finished one.
+    The folder is assembled beside the target and renamed into place, so an interrupted or failed
+    build never leaves a half-written model that a later run would take for a finished one.
     """
-    out_dir = out_dir.expanduser().resolve()
-    if (out_dir / "config.json").exists():
-        raise FileExistsError(f"{out_dir} already holds a model (config.json); remove it first")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = check_target(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    cfg = config or qwen3_config()
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    (tmp / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
-         "pad_token_id": cfg["pad_token_id"], "do_sample": False}, indent=2))
-    train_tokenizer(tmp)
-    if out_dir.exists():
-        out_dir.rmdir()  # an empty folder left by the caller; a non-empty one raises here
-    tmp.rename(out_dir)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        cfg = config or qwen3_config()
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        (tmp / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+             "pad_token_id": cfg["pad_token_id"], "do_sample": False}, indent=2))
+        train_tokenizer(tmp)
+        if out_dir.exists():
+            out_dir.rmdir()  # the empty folder check_target let through
+        tmp.rename(out_dir)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot write the model there ({exc})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # after the rename, nothing is left to remove
     return out_dir
 
 

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from tuner.errors import BenchInputError
 from tuner.space.bench_settings import DEFAULTS, BenchSettings
@@ -101,6 +102,15 @@ class BenchConfig:
         """Reject values vLLM would reject, before any request is sent (BenchInputError)."""
         if not self.base_url.startswith(("http://", "https://")):
             raise BenchInputError(f"base_url {self.base_url!r} must start with http:// or https://")
+        try:
+            url = urlsplit(self.base_url)
+            port = url.port
+        except ValueError as exc:  # a bad IPv6 literal, or a port that is not a number 0-65535
+            raise BenchInputError(f"base_url {self.base_url!r} is not a valid URL: {exc}") from None
+        if not url.hostname:
+            raise BenchInputError(f"base_url {self.base_url!r} names no host")
+        if port == 0:
+            raise BenchInputError(f"base_url {self.base_url!r}: the port must be 1-65535")
         if not self.endpoint.rstrip("/").endswith("completions"):
             raise BenchInputError(
                 f"endpoint {self.endpoint!r} is not supported; use /v1/completions or "
@@ -109,6 +119,17 @@ class BenchConfig:
             raise BenchInputError("model (the served model name) is empty")
         if self.num_prompts < 1:
             raise BenchInputError(f"num_prompts must be at least 1, got {self.num_prompts}")
+        # numpy seeds the samples and the arrival times, as in vLLM, and takes only this range.
+        if not 0 <= self.seed < 2**32:
+            raise BenchInputError(f"seed must be in [0, {2**32 - 1}], got {self.seed}")
+        # An empty prefix or suffix is valid, as in vLLM (whose numpy draw fails on a negative one);
+        # a count the requests are divided by, a block size or a max_tokens must be at least 1.
+        for name, least in (("prefix_repetition_prefix_len", 0), ("prefix_repetition_suffix_len", 0),
+                            ("prefix_repetition_num_prefixes", 1), ("prefix_repetition_output_len", 1),
+                            ("multi_turn_turns", 1), ("multi_turn_input_len", 1),
+                            ("multi_turn_output_len", 1), ("trace_block_size", 1)):
+            if getattr(self, name) < least:
+                raise BenchInputError(f"{name} must be at least {least}, got {getattr(self, name)}")
         if not self.request_rate > 0 or math.isnan(self.request_rate):
             raise BenchInputError(f"request_rate must be > 0 (inf sends all at once), got {self.request_rate}")
         if not self.time_scale > 0 or math.isinf(self.time_scale):
@@ -121,6 +142,8 @@ class BenchConfig:
             raise BenchInputError(f"num_warmups must be >= 0, got {self.num_warmups}")
         if not self.request_timeout_s > 0:
             raise BenchInputError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.max_duration_s is not None and not self.max_duration_s > 0:
+            raise BenchInputError(f"max_duration_s must be > 0, got {self.max_duration_s}")
         for name in self.percentile_metrics:
             if name not in PERCENTILE_METRICS:
                 raise BenchInputError(

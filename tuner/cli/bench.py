@@ -48,7 +48,7 @@ def bench(
     model: Annotated[str, typer.Option(help="Model name sent in requests (and tokenizer, unless --tokenizer).")],
     base_url: Annotated[str | None, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000 (overrides --host/--port).")] = None,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
-    port: Annotated[int, typer.Option()] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     endpoint: Annotated[str, typer.Option(help="/v1/completions or /v1/chat/completions.")] = CLIENT.endpoint,
     served_model_name: Annotated[str | None, typer.Option(help="Name sent as 'model' when it differs from --model.")] = None,
     tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer directory (default: --model).")] = None,

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tuner.report.dashboard import is_loopback, resolve, serve
+from tuner.report.dashboard import check_address, is_loopback, resolve, serve
 
 err = Console(stderr=True)
 
@@ -27,6 +27,7 @@ def dashboard(
                       "authentication, and anyone who can reach this port can read every trial, "
                       "server log and serve command, and delete studies. Use 127.0.0.1 and an SSH "
                       "tunnel instead.", highlight=False)
+        check_address(host, port)
         err.print(f"dashboard for {', '.join(names)} on http://{host}:{port}  (Ctrl-C stops it)\n"
                   "constraints are not shown there: the [bold]feasible[/] and "
                   "[bold]failure_class[/] columns and each trial's note say what ran; "

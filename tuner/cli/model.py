@@ -3,6 +3,7 @@ when asked) for real engine runs without downloads."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -39,16 +40,16 @@ def model_tiny(
         fail("--fp8-variant quantizes the random weights: leave out --no-weights")
     if fp8_variant is not None and (why := tiny_model.fp8_variant_missing()):
         fail(f"--fp8-variant: {why}")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        fail(f"--device {device!r} is not a device; use cpu, cuda or cuda:N (a GPU's index)")
+    path = tiny_model.check_target(path)
     if fp8_variant is not None and (fp8_variant / "config.json").exists():
         fail(f"{fp8_variant} already holds a model (config.json); remove it first")
     config = (tiny_model.qwen3_config() if shape == "tiny"
               else tiny_model.with_local_tokenizer(published_shape(names[shape])))
     if weights and (why := tiny_model.random_weights_refusal(config, path)):
         fail(f"--shape {shape} --weights: {why}")
-    try:
-        out = tiny_model.build(path, config=config)
-    except FileExistsError as exc:
-        fail(str(exc))
+    out = tiny_model.build(path, config=config)
     if weights:
         tiny_model.save_random_weights(out, device=device)
     console.print(f"model written to {out}" + ("" if weights else " (no weights: serve it with "

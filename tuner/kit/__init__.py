@@ -5,6 +5,8 @@ script into a folder of their own (engines' pins conflict: each gets its folder)
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,22 +49,48 @@ def engine_for(requirement: str) -> EngineSpec:
 def resolver_python(version: str, given: str | None) -> str:
     """pip judges markers and Requires-Python by the interpreter that runs it: resolving for a
     Python 3.12 host takes a Python 3.12 here."""
-    import subprocess
-
-    candidates = [given] if given else [f"python{version}", *sorted(
+    if given:
+        exe = shutil.which(given)
+        if exe is None:
+            path = Path(given)
+            why = ("is not a command on PATH" if os.sep not in given else "is a folder" if path.is_dir()
+                   else "is not executable" if path.exists() else "does not exist")
+            raise InputError(f"--resolver-python {given} {why}; it must be a Python {version}")
+        found = _python_version(exe)
+        if found != version:
+            what = f"is Python {found}" if found else "does not run as a Python"
+            raise InputError(f"--resolver-python {given} {what}; it must be a Python {version}")
+        return exe
+    candidates = [f"python{version}", *sorted(
         str(p) for p in (Path.home() / ".pyenv" / "versions").glob(f"{version}*/bin/python{version}"))]
     for c in candidates:
-        exe = shutil.which(c) if c else None
-        if exe is None:
-            continue
-        out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=False).stdout.strip()
-        if out == version:
+        exe = shutil.which(c)
+        if exe is not None and _python_version(exe) == version:
             return exe
-        if given:
-            raise InputError(f"--resolver-python {given} is Python {out or '?'}, not {version}")
     raise InputError(f"resolving for a Python {version} host needs a Python {version} here "
                      f"(python{version} on PATH, or --resolver-python PATH)")
+
+
+def _python_version(exe: str) -> str | None:
+    """The X.Y version of the Python at ``exe``, or None when it does not run as one (another
+    program, or a pyenv shim of a version not selected here)."""
+    import subprocess
+
+    try:
+        out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+                             timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out if re.fullmatch(r"\d+\.\d+", out) else None
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an ``--out`` that cannot become a folder now, not after the long resolve."""
+    base = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not base.is_dir():
+        where = "" if base == out else f": {base}"
+        raise InputError(f"--out {out}{where} is a file, not a folder")
 
 
 def make_kit(requirement: str, out: Path, *, host_file: Path, python_version: str = "3.12",
@@ -70,6 +98,7 @@ def make_kit(requirement: str, out: Path, *, host_file: Path, python_version: st
              dry_run: bool = False, python: str | None = None) -> KitResult:
     spec = engine_for(requirement)
     assert spec.kit is not None
+    _check_out(out)
     res = resolve(spec.kit, requirement, host_packages(host_file),
                   python=resolver_python(python_version, python), python_version=python_version,
                   platforms=platform_tags(platform), host_file=str(host_file))

@@ -8,6 +8,7 @@ sortable columns.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 from typing import Any, BinaryIO
@@ -27,7 +28,7 @@ from tuner.record.storage import (
     study_names,
 )
 from tuner.report.data import objective_name
-from tuner.runtime.procgroup import port_is_free
+from tuner.runtime.procgroup import bind_error
 
 # ---- what each trial shows ---------------------------------------------------------------------
 
@@ -163,11 +164,24 @@ def resolve(study: str | None, storage: str | None) -> tuple[str, list[str]]:
     return resolve(on_disk[0], None)
 
 
+def check_address(host: str, port: int) -> None:
+    """InputError naming --host or --port when the dashboard could not listen on them."""
+    error = bind_error(port, host)
+    if error is None:
+        return
+    if isinstance(error, socket.gaierror):
+        raise InputError(f"--host {host}: cannot be resolved ({error.strerror})")
+    if error.errno == errno.EADDRNOTAVAIL:
+        raise InputError(f"--host {host}: not an address of this machine")
+    if error.errno == errno.EADDRINUSE:
+        raise InputError(f"--port {port}: already in use on {host}; pick another port")
+    raise InputError(f"--host {host} --port {port}: cannot listen there ({error.strerror or error})")
+
+
 def serve(url: str, names: list[str], host: str, port: int) -> None:
     """Blocks until Ctrl-C. Writes missing trial notes first (the dashboard cannot compute them)."""
     import optuna_dashboard
-    if not port_is_free(port, host):
-        raise InputError(f"--port {port}: already in use on {host}; pick another port")
+    check_address(host, port)
     storage = open_storage(url)
     for name in names:
         write_missing_notes(optuna.load_study(study_name=name, storage=storage))

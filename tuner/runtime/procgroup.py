@@ -28,14 +28,20 @@ def port_is_free(port: int, host: str = "127.0.0.1", *, reuse_addr: bool = False
     ``reuse_addr``: bind as the engines' servers do (uvicorn and vLLM set SO_REUSEADDR), so that the
     port counts as free while only closed connections linger on it (TIME_WAIT, 60 s on Linux after
     a server closes them); a socket still listening keeps it taken either way."""
+    return bind_error(port, host, reuse_addr=reuse_addr) is None
+
+
+def bind_error(port: int, host: str = "127.0.0.1", *, reuse_addr: bool = False) -> OSError | None:
+    """Why ``port_is_free``'s bind fails, or None: EADDRINUSE when the port is taken, but also a
+    host that does not resolve (``socket.gaierror``) or is no address of this machine."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         if reuse_addr:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as exc:
+            return exc
+    return None
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

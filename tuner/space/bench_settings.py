@@ -50,10 +50,11 @@ class BenchSettings(BaseModel):
                                         "Send custom prompts without the model's chat template.")
     disable_shuffle: bool = _setting(False, "--disable-shuffle",
                                      "Keep the custom file's / prefix_repetition's order.")
+    # An empty prefix or suffix is valid, as in vLLM's PrefixRepetitionRandomDataset.
     prefix_repetition_prefix_len: int = _setting(256, "--prefix-repetition-prefix-len",
-                                                 "Tokens of each shared prefix.", gt=0)
+                                                 "Tokens of each shared prefix.", ge=0)
     prefix_repetition_suffix_len: int = _setting(256, "--prefix-repetition-suffix-len",
-                                                 "Tokens after the shared prefix, per request.", gt=0)
+                                                 "Tokens after the shared prefix, per request.", ge=0)
     prefix_repetition_num_prefixes: int = _setting(10, "--prefix-repetition-num-prefixes",
                                                    "Distinct shared prefixes.", gt=0)
     prefix_repetition_output_len: int = _setting(128, "--prefix-repetition-output-len",

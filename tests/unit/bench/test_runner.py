@@ -6,6 +6,7 @@ The stub answers with vLLM/SGLang/TRT-LLM chunk shapes at zero latency; no engin
 import http.server
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -21,8 +22,11 @@ from benchmarks import stub_server
 from tuner.bench import BenchConfig, BenchResult, SampleRequest, run_benchmark
 from tuner.bench.arrivals import arrival_offsets
 from tuner.cli.bench import register
+from tuner.errors import BenchInputError
+from tuner.paths import PACKAGE_ROOT
 
 StubOptions, RunningStub = stub_server.StubOptions, stub_server.RunningStub
+TRACE = PACKAGE_ROOT.parent / "docs" / "examples" / "trace-mooncake.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -273,14 +277,50 @@ def test_cli_host_port_and_result_filename(cli, stub, tok_dir, tmp_path):
     (["--request-rate", 0], "request_rate must be > 0"),
     (["--percentile-metrics", "ttft,bogus"], "percentile metric 'bogus'"),
     (["stray"], "unexpected argument"),
+    (["--port", -1], "'--port'"),
+    (["--port", 70000], "'--port'"),
+    (["--base-url", "http://127.0.0.1:70000"], "base_url 'http://127.0.0.1:70000' is not a valid URL"),
+    (["--dataset-name", "multi_turn", "--multi-turn-turns", 0], "multi_turn_turns must be at least 1, got 0"),
+    (["--dataset-name", "multi_turn", "--multi-turn-turns", -2], "multi_turn_turns must be at least 1"),
+    (["--dataset-name", "multi_turn", "--multi-turn-input-len", -1], "multi_turn_input_len must be at least 1"),
+    (["--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes", 0],
+     "prefix_repetition_num_prefixes must be at least 1, got 0"),
+    (["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", -1],
+     "prefix_repetition_prefix_len must be at least 0, got -1"),
+    (["--dataset-name", "prefix_repetition", "--prefix-repetition-suffix-len", -1],
+     "prefix_repetition_suffix_len must be at least 0"),
+    (["--dataset-name", "trace", "--dataset-path", TRACE, "--trace-block-size", -1],
+     "trace_block_size must be at least 1, got -1"),
+    (["--dataset-name", "trace", "--dataset-path", TRACE, "--trace-block-size", 0],
+     "trace_block_size must be at least 1, got 0"),
+    (["--seed", -1], "seed must be in [0, 4294967295], got -1"),
 ])
 def test_cli_bad_inputs_exit_2_without_result(cli, stub, tok_dir, tmp_path, args, words):
-    base = ["--base-url", stub.url] if "--port" not in args else []
+    base = ["--base-url", stub.url] if not {"--port", "--base-url"} & set(args) else []
     res = cli(*base, "--model", tok_dir, "--num-prompts", 2, "--save-result",
               "--result-dir", tmp_path, "--disable-tqdm", *args)
     assert res.exit_code == 2, res.output
-    assert words in res.output
+    assert words in res.output and "Traceback" not in res.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(multi_turn_turns=0), "multi_turn_turns must be at least 1"),
+    (dict(prefix_repetition_num_prefixes=0), "prefix_repetition_num_prefixes must be at least 1"),
+    (dict(prefix_repetition_output_len=0), "prefix_repetition_output_len must be at least 1"),
+    (dict(trace_block_size=0), "trace_block_size must be at least 1"),
+    (dict(seed=2**32), "seed must be in [0, 4294967295]"),
+    (dict(max_duration_s=0.0), "max_duration_s must be > 0"),
+    (dict(base_url="http://h:0"), "the port must be 1-65535"),
+    (dict(base_url="http://[::1"), "is not a valid URL"),
+])
+def test_config_refuses_values_the_samplers_cannot_use(tok_dir, kw, words):
+    with pytest.raises(BenchInputError, match=re.escape(words)):
+        _cfg("http://127.0.0.1:9", tok_dir, **kw).validate()
+
+
+def test_config_accepts_an_empty_prefix_as_vllm_does(tok_dir):
+    _cfg("http://127.0.0.1:9", tok_dir, prefix_repetition_prefix_len=0).validate()
 
 
 def test_cli_missing_tokenizer_exits_2(cli, stub, tmp_path):

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from tuner.cli.app import app
 from tuner.engines.spec import Kit, KitOmit
 from tuner.errors import InputError
 from tuner.kit import resolver_python
@@ -16,6 +20,7 @@ from tuner.kit.resolve import host_packages, resolve
 from tests.helpers import REPO, run_tune
 
 resolve_mod = importlib.import_module("tuner.kit.resolve")  # the package re-exports resolve()
+kit_pkg = importlib.import_module("tuner.kit")
 
 
 def _item(name: str, version: str, requires: list[str], requested: bool = False) -> dict:
@@ -104,3 +109,39 @@ def test_vllm_dry_run_resolves_against_the_h200_image_without_downloading(tmp_pa
     manifest = (out / "manifest.txt").read_text()
     assert "vllm==0.25.1 --hash=sha256:16fc7a28" in manifest
     assert not list(out.glob("*.part*")) and not list(out.rglob("*.whl"))
+
+
+@pytest.mark.parametrize("given, words", [
+    ("/nonexistent/python", "does not exist"),
+    ("{tmp}", "is a folder"),
+    ("{tmp}/plain", "is not executable"),
+    ("{tmp}/script", "does not run as a Python"),
+    (sys.executable, "is Python {version}"),
+])
+def test_a_given_resolver_python_is_named_with_what_is_wrong(tmp_path: Path, given: str, words: str) -> None:
+    (tmp_path / "plain").write_text("")
+    (tmp_path / "script").write_text("#!/bin/sh\necho hello\n")
+    (tmp_path / "script").chmod(0o755)
+    given = given.format(tmp=tmp_path)
+    words = words.format(version="%d.%d" % sys.version_info[:2])
+    # 3.99: no Python here is that version, so no resolve can start
+    with pytest.raises(InputError, match=re.escape(f"--resolver-python {given} {words}; it must be a Python 3.99")):
+        resolver_python("3.99", given)
+
+
+def test_kit_names_a_bad_resolver_python_and_out_before_resolving(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_resolve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the inputs are checked before any resolve")
+    monkeypatch.setattr(kit_pkg, "resolve", no_resolve)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = ((["--out", str(tmp_path / "k"), "--resolver-python", "/nonexistent/python"],
+              "error: --resolver-python /nonexistent/python does not exist"),
+             (["--out", str(afile)], f"error: --out {afile} is a file, not a folder"),
+             (["--out", str(afile / "k")], f"error: --out {afile / 'k'}: {afile} is a file, not a folder"))
+    for args, message in cases:
+        r = CliRunner().invoke(app, ["engine", "kit", "vllm==0.25.1", "--dry-run", *args])
+        assert r.exit_code == 2, r.output
+        assert message in r.output and "Traceback" not in r.output
+    assert sorted(tmp_path.iterdir()) == [afile] and afile.read_text() == "x"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.errors import InputError
-from tuner.report.dashboard import is_loopback, resolve, trial_note, write_missing_notes
+from tuner.report.dashboard import check_address, is_loopback, resolve, trial_note, write_missing_notes
 from tuner.runtime.procgroup import free_port, kill_group
 
 # The command as a program of its own, so this test does not depend on how cli.py wires it.
@@ -143,6 +143,18 @@ def test_non_loopback_host_warns_loudly_and_a_taken_port_is_named(studies):
     assert r.exit_code == 2
     assert "WARNING: binding the dashboard to 0.0.0.0: it has no authentication" in r.output
     assert f"--port {port}: already in use on 0.0.0.0" in r.output
+
+
+def test_a_host_that_cannot_be_bound_is_named_not_blamed_on_the_port(studies):
+    studies.mkdir()
+    optuna.create_study(study_name="a", storage=f"sqlite:///{studies / 'a.db'}")
+    port = free_port()
+    r = CliRunner().invoke(app, ["dashboard", "a", "--host", "no.such.host.invalid", "--port", str(port)])
+    assert r.exit_code == 2, r.output
+    assert "error: --host no.such.host.invalid: cannot be resolved" in r.output
+    assert "already in use" not in r.output and "dashboard for a on" not in r.output
+    with pytest.raises(InputError, match=r"^--host 192\.0\.2\.1: not an address of this machine$"):
+        check_address("192.0.2.1", port)  # TEST-NET-1: documentation only, never assigned
 
 
 def test_notes_are_written_once_for_finished_trials_with_any_sampler(tmp_path):
