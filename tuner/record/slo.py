@@ -5,9 +5,12 @@ from __future__ import annotations
 from tuner.errors import HarnessError
 
 
+FAILED_PCT = "failed_pct"
+
+
 def metric_value(metrics: dict, name: str) -> float | None:
     """A benchmark metric, or ``failed_pct``: the share of requests that failed."""
-    if name == "failed_pct":
+    if name == FAILED_PCT:
         total = metrics.get("completed", 0) + metrics.get("failed", 0)
         return 100.0 * metrics.get("failed", 0) / total if total else 100.0
     value = metrics.get(name)

@@ -16,6 +16,7 @@ from tuner.engines.runtimes import TUNER_SET_FLAGS
 from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
 from tuner.record.schema import QUALITY_REFERENCE_ARM
+from tuner.record.storage import STUDY_NAME
 from tuner.space.bench_settings import FILE_DATASETS, BenchSettings
 from tuner.space.precision import PRECISION_KNOBS, precision_of
 from tuner.space.workload_sets import expand_entries
@@ -100,7 +101,7 @@ class EngineChoice(_Strict):
     install: str | None = None
     env: dict[str, str] = {}
     fixed_args: list[str] = []
-    startup_timeout_s: float | None = None
+    startup_timeout_s: float | None = Field(None, gt=0)
     params: dict[str, Param] = {}
     fixed: dict[str, Scalar] = {}  # knobs set to one value in every trial
     # false: launch configs the engine's feasibility rules would prune (to verify the rules on a
@@ -383,7 +384,7 @@ def _check_shared_knobs(engines: dict[str, EngineChoice]) -> None:
 
 
 class Space(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=STUDY_NAME)   # the default study name
     description: str = ""
     model: Model
     engines: dict[str, EngineChoice] = Field(min_length=1)
@@ -399,7 +400,7 @@ class Space(_Strict):
     fidelity: Fidelity | None = None
     prior: Prior | None = None
     quality: Quality | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**32 - 1)  # the samplers' range
 
     def all_workloads(self) -> list[Workload]:
         return list(self.workloads) or [self.workload]

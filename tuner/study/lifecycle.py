@@ -29,6 +29,7 @@ from tuner.study import knowledge
 from tuner.study.knowledge import Knowledge, merge, model_predictions, queue
 from tuner.study.samplers import sampler_for
 from tuner.trial import lm_eval
+from tuner.trial.metric_names import check_metrics
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What must match for measurements to be comparable; the host name may differ (resume elsewhere).
@@ -69,7 +70,9 @@ def fingerprint() -> dict:
             "driver": env["driver"], "cpu": None if env["gpus"] else env["cpu"]}
 
 
-def _check_commands(space: Space) -> None:
+def _check_inputs(space: Space) -> None:
+    """What would fail every trial, checked before the study exists and before any launch."""
+    check_metrics(space)
     for engine, choice in space.engines.items():
         check_launchable(engine, choice)
     if space.quality is not None and space.quality.lm_eval is not None:
@@ -91,7 +94,7 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
     ``prior:``, earlier studies in ``warm_start``) is gathered before the study exists, so a bad
     estimator or source study fails without leaving a half-made study.
     """
-    _check_commands(space)
+    _check_inputs(space)
     if not use_prior:
         if prior_file is not None:
             raise InputError("--no-prior and --prior-file contradict each other: give one of them")
