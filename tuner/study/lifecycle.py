@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import InputError
 from tuner.fingerprint import environment
 from tuner.record import results, schema
-from tuner.record.storage import load_optuna_study, open_storage, study_names
+from tuner.record.storage import check_study_name, load_optuna_study, open_storage, study_names
 from tuner.redact import redact_space
 from tuner.runtime.launcher import check_launchable
 from tuner.space import Space, arms, baseline_params, space_from_dict
@@ -94,6 +94,7 @@ def create(space: Space, name: str, url: str, *, join: bool = False,
     ``prior:``, earlier studies in ``warm_start``) is gathered before the study exists, so a bad
     estimator or source study fails without leaving a half-made study.
     """
+    check_study_name(name)  # with any --storage: the name also names the study's files folder
     _check_inputs(space)
     if not use_prior:
         if prior_file is not None:

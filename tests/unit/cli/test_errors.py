@@ -134,11 +134,14 @@ def test_a_negative_seed_is_refused_before_a_study_exists(tmp_path, studies):
     assert r.exit_code == 2 and "--seed" in r.output
 
 
+@pytest.mark.parametrize("storage", [[], ["--storage", "journal:///{tmp}/j.journal"]],
+                         ids=["default", "journal"])
 @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden"])
-def test_a_study_name_that_is_not_one_file_name_is_refused(tmp_path, studies, name):
-    r = invoke("start", "--space", "cpu-smoke", "--study", name)
+def test_a_study_name_that_is_not_one_file_name_is_refused(tmp_path, studies, name, storage):
+    r = invoke("start", "--space", "cpu-smoke", "--study", name, *[s.format(tmp=tmp_path) for s in storage])
     assert r.exit_code == 2 and f"study name {name!r}: use letters, digits" in r.output
     assert not studies.exists() and not (tmp_path / "evil.db").exists()
+    assert not (tmp_path / "j.journal").exists()
 
 
 def test_a_storage_that_cannot_be_created_is_named(tmp_path, studies):
