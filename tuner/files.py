@@ -75,13 +75,20 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists: where creating ``path`` would start, and the
+    file in the way when it is not a folder."""
+    path = path.absolute()
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
 def check_output_path(path: Path, what: str) -> Path:
     """``path`` unless it is a folder or lies under a file: an InputError naming it, before any
     work is done for it."""
     if path.is_dir():
         raise InputError(f"{what} {path}: is a directory; name a file")
-    above = next((p for p in path.parents if p.exists()), None)
-    if above is not None and not above.is_dir():
+    above = nearest_existing(path.parent)
+    if not above.is_dir():
         raise InputError(f"{what} {path}: {above} is a file, not a folder")
     return path
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import InputError
+from tuner.files import nearest_existing
 
 VOCAB_SIZE = 8192
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -272,7 +273,7 @@ def check_target(out_dir: Path) -> Path:
     out_dir = out_dir.expanduser().resolve()
     base = out_dir.parent
     try:
-        base = next(p for p in out_dir.parents if p.exists())
+        base = nearest_existing(out_dir.parent)
         if out_dir.is_dir():
             if (out_dir / "config.json").exists():
                 raise InputError(f"{out_dir} already holds a model (config.json); remove it first")

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 
 from tuner.engines.spec import EngineSpec, available_engines, load_engine
 from tuner.errors import InputError
+from tuner.files import nearest_existing
 from tuner.kit.pack import build, parse_size, write_plan
 from tuner.kit.resolve import Resolution, host_packages, platform_tags, resolve
 from tuner.paths import cache_dir
@@ -87,9 +88,9 @@ def _python_version(exe: str) -> str | None:
 
 def _check_out(out: Path) -> None:
     """Refuse an ``--out`` that cannot become a folder now, not after the long resolve."""
-    base = next(p for p in (out, *out.absolute().parents) if p.exists())
+    base = nearest_existing(out)
     if not base.is_dir():
-        where = "" if base == out else f": {base}"
+        where = "" if base == out.absolute() else f": {base}"
         raise InputError(f"--out {out}{where} is a file, not a folder")
 
 

@@ -32,13 +32,13 @@ def private_dir(path: Path) -> Path:
 
 # A study's name is also a file name (its SQLite database, and its files folder beside any
 # storage), so it is one path component; a space's name, its default study name, follows it too.
-STUDY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+STUDY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"  # "+": a new-hardware study's device key
 
 
 def check_study_name(name: str) -> str:
     """``name`` if it can name a study's files; otherwise an InputError naming it."""
     if not re.fullmatch(STUDY_NAME, name):
-        raise InputError(f"study name {name!r}: use letters, digits, '.', '_' and '-', starting with "
+        raise InputError(f"study name {name!r}: use letters, digits, '.', '_', '+' and '-', starting with "
                          "a letter or digit (it names the study's files)")
     return name
 
