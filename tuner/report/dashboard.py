@@ -179,9 +179,9 @@ def check_address(host: str, port: int) -> None:
 
 
 def serve(url: str, names: list[str], host: str, port: int) -> None:
-    """Blocks until Ctrl-C. Writes missing trial notes first (the dashboard cannot compute them)."""
+    """Blocks until Ctrl-C. Writes missing trial notes first (the dashboard cannot compute them).
+    The caller has checked the address (``check_address``) before announcing it."""
     import optuna_dashboard
-    check_address(host, port)
     storage = open_storage(url)
     for name in names:
         write_missing_notes(optuna.load_study(study_name=name, storage=storage))
