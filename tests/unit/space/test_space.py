@@ -117,3 +117,14 @@ def test_a_named_workload_set_expands_in_a_space(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match="unknown workload set 'no-such-set'; known: seed-study"):
         load_space(str(path))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_workload_seed_outside_numpy_range_is_refused_at_load(tmp_path, seed):
+    """numpy seeds the samples with it: a space is refused when loaded, not at its first trial."""
+    data = yaml.safe_load((SPACES_DIR / "cpu-smoke.yaml").read_text())
+    data["workload"]["seed"] = seed
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match=r"seed: Input should be (greater|less) than or equal to"):
+        load_space(str(path))
