@@ -9,9 +9,10 @@
 #              torchao, bitsandbytes: quantization on that image (torchao 0.18.0, bitsandbytes 0.50.2);
 #              any other name is an extra of the tuner itself (dashboard, postgres, ray).
 #   --minimal  leave out what the H200 image already has (engines/hosts/h200-cuda-image.txt: torch,
-#              transformers, tokenizers, numpy, httpx, rich, typer, psutil, uvloop, pyyaml, ...), and
-#              resolve the rest against exactly those versions: the folder fits the device tool's
-#              64 MiB per call.
+#              transformers, tokenizers, numpy, httpx, rich, typer, psutil, uvloop, pyyaml, ...) and
+#              plotly (imported only by `tune report -f html`: render HTML where the study is
+#              imported), and resolve the rest against exactly those versions: the folder fits the
+#              device tool's 64 MiB per call (about 9 MiB).
 #   --dry-run  resolve and write the manifest (hashes from the index), download nothing.
 #
 # The manifest, DIR/manifest.txt, is a pip requirements file: one `name==version --hash=sha256:...`
@@ -31,7 +32,7 @@ if [ "${1:-}" = "--engine" ]; then
   exec "${TUNE:-.venv/bin/tune}" engine kit "$@"
 fi
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 VERSION="" PLATFORM="" OUT="" EXTRAS="" MINIMAL=0 DRY=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -112,7 +113,7 @@ have = {norm(l.split("==")[0]) for l in open(have_file) if l.strip() and not l.s
 with open(fetch, "w") as out:
     for item in json.load(open(report))["install"]:
         name, version = item["metadata"]["name"], item["metadata"]["version"]
-        if norm(name) == "tuner" or (minimal and norm(name) in have):
+        if norm(name) == "tuner" or (minimal and (norm(name) in have or norm(name) == "plotly")):
             continue
         info = item["download_info"]
         sha = info["archive_info"]["hashes"]["sha256"]
