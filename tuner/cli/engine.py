@@ -28,12 +28,15 @@ def kit(
                               "upstream wheels (each listed in the wheel's TRIMMED.txt and in kit.json)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and write the manifest; download nothing."),
     resolver_python: Optional[str] = typer.Option(None, help="A Python of --python-version to resolve with."),
+    lock: Optional[Path] = typer.Option(None, "--lock", help="A kit's manifest.txt: carry the same versions "
+                                        "it did (rebuild the kit a study ran with)."),
 ) -> None:
     """Resolve an engine against the host's packages and pack what the host lacks."""
     from tuner.kit import make_kit, parse_size
     size = parse_size(split) if split else None
     result = make_kit(requirement, out, host_file=host_packages, python_version=python_version,
-                      platform=platform, split=size, trim=trim, dry_run=dry_run, python=resolver_python)
+                      platform=platform, split=size, trim=trim, dry_run=dry_run, python=resolver_python,
+                      lock_file=lock)
     res = result.resolution
     table = Table("wheel", "version", "why it is in the kit", title=f"{requirement}: {len(res.wheels)} wheels")
     for w in res.wheels:

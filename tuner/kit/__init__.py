@@ -18,7 +18,7 @@ from tuner.engines.spec import EngineSpec, available_engines, load_engine
 from tuner.errors import InputError
 from tuner.files import nearest_existing
 from tuner.kit.pack import build, parse_size, write_plan
-from tuner.kit.resolve import Resolution, host_packages, platform_tags, resolve
+from tuner.kit.resolve import Resolution, host_packages, kit_lock, platform_tags, resolve
 from tuner.paths import cache_dir
 
 __all__ = ["KitResult", "make_kit", "parse_size"]
@@ -96,13 +96,14 @@ def _check_out(out: Path) -> None:
 
 def make_kit(requirement: str, out: Path, *, host_file: Path, python_version: str = "3.12",
              platform: str = "manylinux_2_39_x86_64", split: int | None = None, trim: bool = False,
-             dry_run: bool = False, python: str | None = None) -> KitResult:
+             dry_run: bool = False, python: str | None = None, lock_file: Path | None = None) -> KitResult:
     spec = engine_for(requirement)
     assert spec.kit is not None
     _check_out(out)
+    lock = kit_lock(lock_file) if lock_file is not None else None
     res = resolve(spec.kit, requirement, host_packages(host_file),
                   python=resolver_python(python_version, python), python_version=python_version,
-                  platforms=platform_tags(platform), host_file=str(host_file))
+                  platforms=platform_tags(platform), host_file=str(host_file), lock=lock)
     if dry_run:
         write_plan(out, spec.name, res)
         return KitResult(spec.name, res, ())

@@ -55,21 +55,32 @@ class Resolution:
     platforms: tuple[str, ...]
 
 
-def host_packages(path: Path) -> dict[str, str]:
-    """``name==version`` lines of a ``pip freeze``/``pip list --format freeze`` file, by canonical name."""
+def _versions(path: Path, what: str, hint: str) -> dict[str, str]:
+    """``name==version`` at the start of each line (what follows, e.g. ``--hash=...``, is ignored),
+    by canonical name; comments, blank lines and option lines are skipped."""
     out: dict[str, str] = {}
-    for n, line in enumerate(read_text(path, "host package list").splitlines(), 1):
+    for n, line in enumerate(read_text(path, what).splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue
-        if "==" not in line or " @ " in line:
-            raise InputError(f"{path}:{n}: {line!r} is not `name==version` (write the list with "
-                             f"`pip list --format freeze` on the host)")
-        name, version = line.split("==", 1)
-        out[canonicalize_name(name)] = version.strip()
+        first = line.split()[0]
+        if "==" not in first or " @ " in line:
+            raise InputError(f"{path}:{n}: {line!r} is not `name==version` ({hint})")
+        name, version = first.split("==", 1)
+        out[canonicalize_name(name)] = version
     if not out:
-        raise InputError(f"{path}: no `name==version` lines: is this the host's `pip list --format freeze`?")
+        raise InputError(f"{path}: no `name==version` lines ({hint})")
     return out
+
+
+def host_packages(path: Path) -> dict[str, str]:
+    """``name==version`` lines of a ``pip freeze``/``pip list --format freeze`` file, by canonical name."""
+    return _versions(path, "host package list", "write the list with `pip list --format freeze` on the host")
+
+
+def kit_lock(path: Path) -> dict[str, str]:
+    """The versions a kit carried, from its ``manifest.txt`` (or any ``name==version`` list)."""
+    return _versions(path, "kit lock", "give a kit's manifest.txt")
 
 
 def platform_tags(platform: str) -> tuple[str, ...]:
@@ -173,15 +184,24 @@ def _usable(host_version: str, specs: list[tuple[str, Requirement]]) -> str | No
 
 
 def resolve(kit: Kit, requirement: str, host: dict[str, str], *, python: str, python_version: str,
-            platforms: tuple[str, ...], host_file: str = "") -> Resolution:
-    """The wheels to carry for ``requirement`` (e.g. ``vllm==0.25.1``) and what is left out, why."""
+            platforms: tuple[str, ...], host_file: str = "",
+            lock: dict[str, str] | None = None) -> Resolution:
+    """The wheels to carry for ``requirement`` (e.g. ``vllm==0.25.1``) and what is left out, why.
+
+    ``lock`` (a kit's manifest, by name) holds every wheel the host lacks at the version that kit
+    carried, so a kit rebuilt later carries the same wheels as the one a study ran with, not the
+    index's newest releases that satisfy the same requirements."""
     try:
         req = Requirement(requirement)
     except InvalidRequirement as e:
         raise InputError(f"engine requirement {requirement!r} is not a requirement (e.g. vllm==0.25.1): {e}") from None
     root = canonicalize_name(req.name)
     extra_roots = [canonicalize_name(Requirement(r).name) for r in kit.undeclared]
-    pins = list(kit.pins)
+    lock = lock or {}
+    if root in lock and not req.specifier.contains(lock[root], prereleases=True):
+        raise InputError(f"the lock carries {root} {lock[root]}, which {requirement} excludes: "
+                         f"give the manifest of a {requirement} kit")
+    pins = list(kit.pins) + [f"{n}=={v}" for n, v in sorted(lock.items()) if n not in host]
     omitted = {canonicalize_name(n): o.why for o in kit.omit for n in o.names}
     keep = {canonicalize_name(n): why for n, why in kit.keep_host.items()}
     undeclared = {canonicalize_name(Requirement(r).name): why for r, why in kit.undeclared.items()}

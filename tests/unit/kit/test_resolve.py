@@ -145,3 +145,46 @@ def test_kit_names_a_bad_resolver_python_and_out_before_resolving(tmp_path: Path
         assert r.exit_code == 2, r.output
         assert message in r.output and "Traceback" not in r.output
     assert sorted(tmp_path.iterdir()) == [afile] and afile.read_text() == "x"
+
+
+def test_a_lock_holds_what_the_host_lacks_at_the_kit_versions(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """A kit's manifest as the lock: both passes pin the wheels it carried; the host's own packages
+    stay the host's; a lock from another release of the engine is refused before pip runs."""
+    report = {"environment": ENV, "install": [
+        _item("engine", "1.0", ["web>=1", "numpy"], requested=True),
+        _item("web", "2.0", []), _item("numpy", "2.5.2", [])]}
+    calls = []
+
+    def fake(python, requirement, python_version, platforms, constraints):
+        calls.append(constraints)
+        return report
+
+    monkeypatch.setattr(resolve_mod, "pip_report", fake)
+    manifest = tmp_path / "manifest.txt"
+    manifest.write_text("# pip requirements with hashes\n"
+                        "engine==1.0 --hash=sha256:aa  # engine-1.0-py3-none-any.whl: not on the host\n"
+                        "Web==1.5 --hash=sha256:bb  # web-1.5-py3-none-any.whl: not on the host\n"
+                        "numpy==2.4.0 --hash=sha256:cc  # numpy: the host's copy wins\n")
+    lock = resolve_mod.kit_lock(manifest)
+    assert lock == {"engine": "1.0", "web": "1.5", "numpy": "2.4.0"}
+    kit = Kit(package="engine", source="test")
+    resolve(kit, "engine==1.0", {"numpy": "2.5.2"}, python="python3.12", python_version="3.12",
+            platforms=("x",), lock=lock)
+    assert all({"engine==1.0", "web==1.5"} <= set(c) for c in calls)
+    assert "numpy==2.4.0" not in calls[0] and "numpy==2.4.0" not in calls[1]
+    calls.clear()
+    with pytest.raises(InputError, match=r"the lock carries engine 1.0, which engine==2.0 excludes"):
+        resolve(kit, "engine==2.0", {}, python="python3.12", python_version="3.12", platforms=("x",),
+                lock=lock)
+    assert not calls
+
+
+def test_a_bad_lock_is_named_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "manifest.txt"
+    bad.write_text("web==1.5 --hash=sha256:bb\nweb>=1.5\n")
+    with pytest.raises(InputError, match=r"manifest.txt:2: 'web>=1.5' is not `name==version` \(give a kit's manifest.txt\)"):
+        resolve_mod.kit_lock(bad)
+    proc = run_tune("engine", "kit", "vllm==0.25.1", "--out", str(tmp_path / "kit"), "--dry-run",
+                    "--lock", str(tmp_path / "missing.txt"))
+    assert proc.returncode == 2 and "missing.txt" in proc.stderr and "Traceback" not in proc.stderr
