@@ -13,6 +13,7 @@ from tuner import study as study_mod
 from tuner.cli.common import console, url
 from tuner.record import results, schema
 from tuner.record.storage import study_names
+from tuner.report.data import load_row, load_scales
 from tuner.report.stats import MIN_RUNS, change
 
 
@@ -106,6 +107,8 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
     console.print(f"  p99 TTFT {_fmt(ua.get('p99_ttft_ms'))} ms, mean TPOT "
                   f"{_fmt(ua.get('mean_tpot_ms'))} ms, output {_fmt(ua.get('output_throughput'))} tok/s",
                   highlight=False)
+    if handle.space.objective.max_load is not None:
+        console.print(_load_line(best.first, handle), highlight=False)
     if handle.space.quality is not None:
         console.print(f"quality: {results.quality_summary(ua.get(schema.QUALITY))}", highlight=False)
     # every baseline; the quality reference only where no baseline served (baseline_config)
@@ -131,6 +134,20 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
         console.print("prior: " + "; ".join(_describe_source(s) for s in prior["sources"]),
                       highlight=False)
     return True
+
+
+def _load_line(trial: Any, handle: study_mod.StudyHandle) -> str:
+    """What the max-load value means: its unit, the SLOs it kept, and the run that bracketed it
+    from above (the search's resolution there)."""
+    objective, workloads = handle.space.objective, handle.space.all_workloads()
+    unit = "req/s" if objective.max_load.knob == "request_rate" else "concurrent requests"
+    slos = ", ".join(f"{k} <= {v:g}" for k, v in objective.slos.items())
+    row = load_row(trial, load_scales(handle.study))
+    capped = (f"capped by {row.capped_by}" if row and row.capped_by
+              else "no run missed: the load is the search's top, raise max_load.high")
+    scaled = [f"{w.name} at {w.load_scale:g}x" for w in workloads if w.load_scale != 1.0]
+    return (f"load: {workloads[0].name} {unit}" + (f" ({', '.join(scaled)})" if scaled else "")
+            + f" within {slos}; {capped}")
 
 
 def _describe_source(source: dict) -> str:

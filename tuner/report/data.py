@@ -129,7 +129,8 @@ def _scales(space: Space | None) -> dict[str, float]:
     return {w.name: w.load_scale for w in space.all_workloads()} if space else {}
 
 
-def _load(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
+def load_row(t: FrozenTrial, scales: dict[str, float]) -> LoadRow | None:
+    """A max-load trial's row; None for a trial without a load curve."""
     curve = t.user_attrs.get(schema.LOAD_CURVE)
     if not curve:
         return None
@@ -471,7 +472,7 @@ def build(study: optuna.Study) -> ReportData:
         environment=dict(winner.user_attrs.get(schema.ENVIRONMENT) or {}) if winner else {},
         telemetry=[row for t in trials if (row := _telemetry(t)) is not None],
         launches=[row for t in trials if (row := _launch(t)) is not None],
-        loads=[row for t in trials if (row := _load(t, scales)) is not None],
+        loads=[row for t in trials if (row := load_row(t, scales)) is not None],
         pareto=pareto,
         importances=imp,
         importance_note=imp_note,
