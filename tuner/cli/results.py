@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import typer
+from optuna.trial import FrozenTrial
 from rich.table import Table
 
 from tuner import deploy as deploy_mod
@@ -136,7 +137,7 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
     return True
 
 
-def _load_line(trial: Any, handle: study_mod.StudyHandle) -> str:
+def _load_line(trial: FrozenTrial, handle: study_mod.StudyHandle) -> str:
     """What the max-load value means: its unit, the SLOs it kept, and the run that bracketed it
     from above (the search's resolution there)."""
     objective, workloads = handle.space.objective, handle.space.all_workloads()
