@@ -192,6 +192,26 @@ TELEMETRY = {"chat": {
                          "count": 200}}}}
 
 
+def slo_space():
+    """A max-load space with no engine to launch: chat, and long prompts at a quarter of its rate,
+    held to p99 TTFT <= 2000 ms and mean TPOT <= 50 ms."""
+    from tuner.space import space_from_dict
+
+    return space_from_dict({
+        "name": "slo", "model": {"path": "/m"}, "engines": {"vllm": {}},
+        "workloads": [{"name": "chat", "dataset": "random"},
+                      {"name": "long", "dataset": "random", "load_scale": 0.25}],
+        "objective": {"slos": {"p99_ttft_ms": 2000, "mean_tpot_ms": 50}, "aggregate": "worst",
+                      "max_load": {"low": 16, "high": 256}}})
+
+
+def load_run(workload: str, load: float, met: bool, tpot: float = 20.0, ttft: float = 300.0) -> dict:
+    """One run of a max-load trial's load_curve, measured against slo_space's bounds."""
+    return {"workload": workload, "load": load, "met": met, "p99_ttft_ms": ttft,
+            "mean_tpot_ms": tpot, "completed": 64, "failed": 0,
+            "slack": {"p99_ttft_ms": ttft - 2000, "mean_tpot_ms": tpot - 50}}
+
+
 def ok_trial(value: float, params: dict, arm: str = "search", **attrs) -> optuna.trial.FrozenTrial:
     ua = {"arm": arm, "engine": "vllm", "feasible": True, "knobs": params,
           "command": f"vllm serve m --max-num-seqs {params['max_num_seqs']}", "environment": ENV,

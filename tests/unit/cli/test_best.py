@@ -7,7 +7,7 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import ok_trial
+from tests.helpers import load_run, ok_trial, slo_space
 from tuner.cli import app
 from tuner.record import schema
 from tuner.space import load_space
@@ -46,30 +46,17 @@ def test_fewer_than_three_runs_a_side_make_no_95_claim(tmp_path, base, best):
 def test_a_max_load_best_says_its_unit_slos_and_what_capped_it(tmp_path):
     """A max-load value is a rate of the first workload, kept within the SLOs; `tune best` names
     both, and the run that bracketed it from above (or that none did)."""
-    from tuner.space import space_from_dict
-
-    space = space_from_dict({
-        "name": "slo", "model": {"path": "/m"}, "engines": {"vllm": {}},
-        "workloads": [{"name": "chat", "dataset": "random"},
-                      {"name": "long", "dataset": "random", "load_scale": 0.25}],
-        "objective": {"slos": {"p99_ttft_ms": 2000, "mean_tpot_ms": 50}, "aggregate": "worst",
-                      "max_load": {"low": 16, "high": 256}}})
     url = f"sqlite:///{tmp_path / 'slo.db'}"
     study = optuna.create_study(study_name="slo", storage=url, direction="maximize")
-    study.set_user_attr(schema.SPACE, space.model_dump(mode="json"))
+    study.set_user_attr(schema.SPACE, slo_space().model_dump(mode="json"))
     study.set_user_attr(schema.READY, True)
-
-    def run(workload, load, met, tpot=20.0):
-        return {"workload": workload, "load": load, "met": met, "p99_ttft_ms": 300.0,
-                "mean_tpot_ms": tpot, "completed": 64, "failed": 0,
-                "slack": {"p99_ttft_ms": -1700.0, "mean_tpot_ms": tpot - 50}}
-
-    study.add_trial(ok_trial(40.0, {"max_num_seqs": 128, "chunked_prefill": True}, "vllm-defaults", max_load=40.0,
-                             load_curve=[run("long", 10, True), run("long", 11, False, tpot=59.3)]))
+    missed_long = [load_run("long", 10, True), load_run("long", 11, False, tpot=59.3)]
+    study.add_trial(ok_trial(40.0, {"max_num_seqs": 128, "chunked_prefill": True}, "vllm-defaults",
+                             max_load=40.0, load_curve=missed_long))
     lines = CliRunner().invoke(app, ["best", "slo", "--storage", url], env={"COLUMNS": "250"}).output
     assert ("load: chat req/s (long at 0.25x) within p99_ttft_ms <= 2000, mean_tpot_ms <= 50; "
             "capped by long at 11: mean_tpot_ms 59.3 > 50") in lines
     study.add_trial(ok_trial(64.0, {"max_num_seqs": 64, "chunked_prefill": True}, max_load=64.0,
-                             load_curve=[run("chat", 64, True), run("long", 16, True)]))
+                             load_curve=[load_run("chat", 64, True), load_run("long", 16, True)]))
     lines = CliRunner().invoke(app, ["best", "slo", "--storage", url], env={"COLUMNS": "250"}).output
     assert "mean_tpot_ms <= 50; no run missed: the load is the search's top, raise max_load.high" in lines

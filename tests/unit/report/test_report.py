@@ -292,21 +292,10 @@ def test_a_max_load_study_says_what_capped_each_config(tmp_path):
     """The load each config sustained inside the SLOs, and the run that bracketed it from above:
     the miss at the lowest load in the first workload's units (a workload runs at its load_scale
     share), whichever order the runs came in."""
-    from tuner.space import space_from_dict
+    from tests.helpers import load_run as run, slo_space
 
-    space = space_from_dict({
-        "name": "slo", "model": {"path": "/m"}, "engines": {"vllm": {}},
-        "workloads": [{"name": "chat", "dataset": "random"},
-                      {"name": "long", "dataset": "random", "load_scale": 0.25}],
-        "objective": {"slos": {"p99_ttft_ms": 2000, "mean_tpot_ms": 50}, "aggregate": "worst",
-                      "max_load": {"low": 16, "high": 256}}})
     study = optuna.create_study(study_name="slo", direction="maximize")
-    study.set_user_attr("space", space.model_dump(mode="json"))
-
-    def run(workload, load, met, tpot=20.0, ttft=300.0):
-        return {"workload": workload, "load": load, "met": met, "p99_ttft_ms": ttft,
-                "mean_tpot_ms": tpot, "completed": 64, "failed": 0,
-                "slack": {"p99_ttft_ms": ttft - 2000, "mean_tpot_ms": tpot - 50}}
+    study.set_user_attr("space", slo_space().model_dump(mode="json"))
 
     # each workload searched on its own, long first: long misses at 11 (44 in chat's units), then
     # chat at 192: the later miss is not what capped the load
