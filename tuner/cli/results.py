@@ -14,7 +14,7 @@ from tuner import study as study_mod
 from tuner.cli.common import console, url
 from tuner.record import results, schema
 from tuner.record.storage import study_names
-from tuner.report.data import load_row, load_scales
+from tuner.report.data import load_row, workload_scales
 from tuner.report.stats import MIN_RUNS, change
 
 
@@ -140,14 +140,14 @@ def print_best(handle: study_mod.StudyHandle) -> bool:
 def _load_line(trial: FrozenTrial, handle: study_mod.StudyHandle) -> str:
     """What the max-load value means: its unit, the SLOs it kept, and the run that bracketed it
     from above (the search's resolution there)."""
-    objective, workloads = handle.space.objective, handle.space.all_workloads()
+    objective, scales = handle.space.objective, workload_scales(handle.space)
     unit = "req/s" if objective.max_load.knob == "request_rate" else "concurrent requests"
     slos = ", ".join(f"{k} <= {v:g}" for k, v in objective.slos.items())
-    row = load_row(trial, load_scales(handle.study))
+    row = load_row(trial, scales)
     capped = (f"capped by {row.capped_by}" if row and row.capped_by
               else "no run missed: the load is the search's top, raise max_load.high")
-    scaled = [f"{w.name} at {w.load_scale:g}x" for w in workloads if w.load_scale != 1.0]
-    return (f"load: {workloads[0].name} {unit}" + (f" ({', '.join(scaled)})" if scaled else "")
+    scaled = [f"{name} at {scale:g}x" for name, scale in scales.items() if scale != 1.0]
+    return (f"load: {next(iter(scales))} {unit}" + (f" ({', '.join(scaled)})" if scaled else "")
             + f" within {slos}; {capped}")
 
 

@@ -122,10 +122,11 @@ def lowest_miss(t: FrozenTrial, scales: dict[str, float]) -> tuple[float, dict] 
 
 def load_scales(study: optuna.Study) -> dict[str, float]:
     """Each workload's load_scale in the study's stored space (none: every run in one unit)."""
-    return _scales(_stored_space(study))
+    return workload_scales(_stored_space(study))
 
 
-def _scales(space: Space | None) -> dict[str, float]:
+def workload_scales(space: Space | None) -> dict[str, float]:
+    """Each workload's load_scale, by name (none without a space: every run in one unit)."""
     return {w.name: w.load_scale for w in space.all_workloads()} if space else {}
 
 
@@ -453,7 +454,7 @@ def build(study: optuna.Study) -> ReportData:
     cmp = _comparison(study, best, base, notes)
     imp, imp_note = importances(study)
     space = _stored_space(study)
-    scales = _scales(space)
+    scales = workload_scales(space)
     return ReportData(
         study=study.study_name,
         generated=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, tuner {__version__}",
