@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tuner.errors import BenchInputError
-from tuner.space.bench_settings import DEFAULTS, BenchSettings
+from tuner.space.bench_settings import DEFAULTS, SEED_MAX, BenchSettings
 
 ENDPOINTS = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time",
@@ -119,9 +119,8 @@ class BenchConfig:
             raise BenchInputError("model (the served model name) is empty")
         if self.num_prompts < 1:
             raise BenchInputError(f"num_prompts must be at least 1, got {self.num_prompts}")
-        # numpy seeds the samples and the arrival times, as in vLLM, and takes only this range.
-        if not 0 <= self.seed < 2**32:
-            raise BenchInputError(f"seed must be in [0, {2**32 - 1}], got {self.seed}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise BenchInputError(f"seed must be in [0, {SEED_MAX}], got {self.seed}")
         # An empty prefix or suffix is valid, as in vLLM (whose numpy draw fails on a negative one);
         # a count the requests are divided by, a block size or a max_tokens must be at least 1.
         for name, least in (("prefix_repetition_prefix_len", 0), ("prefix_repetition_suffix_len", 0),

@@ -16,6 +16,7 @@ from tuner.configs.rules import workload_facts
 from tuner.engines.hardware import resolve
 from tuner.engines.spec import load_engine
 from tuner.errors import InputError
+from tuner.space.bench_settings import SEED_MAX
 from tuner.estimate import Estimate, get_estimator
 from tuner.study.knowledge import save_predictions
 from tuner.trial.metric_names import check_metrics
@@ -194,7 +195,7 @@ def register(app: typer.Typer) -> None:
                                 "a100-sxm-80gb; NAME-xN for N of them in one host, e.g. h200-141gb-x2) instead of "
                                 "this machine."),
         samples: int = typer.Option(3, "--samples", min=0, help="Sampled configs to show per engine."),
-        seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the sampled configs."),
+        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="Seed of the sampled configs."),
         estimate: bool = typer.Option(False, "--estimate", help="Predict every config shown with a "
                                       "performance model (the space's prior: estimator, else "
                                       "aiconfigurator; pip install 'tuner[estimate]'), and show the "

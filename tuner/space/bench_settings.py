@@ -20,6 +20,9 @@ def _setting(default: Any, flag: str, help: str, **bounds: Any) -> Any:  # noqa:
     return Field(default, description=help, json_schema_extra={"flag": flag}, **bounds)
 
 
+# numpy seeds the samples and the arrival times, as in vLLM, and takes only 0 .. 2**32 - 1.
+SEED_MAX = 2**32 - 1
+
 # The datasets read from ``dataset_path``; the others are generated.
 FILE_DATASETS = ("sharegpt", "custom", "trace")
 
@@ -72,9 +75,8 @@ class BenchSettings(BaseModel):
     request_rate: float = _setting(math.inf, "--request-rate", "Requests/s; inf sends all at once.", gt=0)
     burstiness: float = _setting(1.0, "--burstiness", "Gamma shape of arrival gaps; 1 = Poisson.", gt=0)
     max_concurrency: int | None = _setting(None, "--max-concurrency", "Requests in flight at most.", gt=0)
-    # numpy seeds the samples and the arrival times, as in vLLM, and takes only this range.
     seed: int = _setting(0, "--seed", "Seed of the dataset sample and the arrival times.",
-                         ge=0, le=2**32 - 1)
+                         ge=0, le=SEED_MAX)
     num_warmups: int = _setting(0, "--num-warmups", "Requests sent before the measured run.", ge=0)
 
 

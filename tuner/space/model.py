@@ -17,7 +17,7 @@ from tuner.engines.spec import available_engines, load_engine
 from tuner.paths import expand
 from tuner.record.schema import QUALITY_REFERENCE_ARM
 from tuner.record.storage import STUDY_NAME
-from tuner.space.bench_settings import FILE_DATASETS, BenchSettings
+from tuner.space.bench_settings import FILE_DATASETS, SEED_MAX, BenchSettings
 from tuner.space.precision import PRECISION_KNOBS, precision_of
 from tuner.space.workload_sets import expand_entries
 
@@ -400,7 +400,7 @@ class Space(_Strict):
     fidelity: Fidelity | None = None
     prior: Prior | None = None
     quality: Quality | None = None
-    seed: int | None = Field(None, ge=0, le=2**32 - 1)  # the samplers' range
+    seed: int | None = Field(None, ge=0, le=SEED_MAX)  # the samplers' range: numpy's
 
     def all_workloads(self) -> list[Workload]:
         return list(self.workloads) or [self.workload]
